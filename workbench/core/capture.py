@@ -1,0 +1,370 @@
+"""Capture: trace a JAX function into a ``Program`` with stable, readable value names.
+
+Names:
+- inputs by argument name and pytree path: ``params/layers/0/attn/wq``;
+- outputs by pytree path under ``out``: ``out/loss``, ``out/params/layers/0/attn/wq``;
+- values tagged with ``workbench.tag`` by their scope and tag: ``layer0/attn_out``;
+- other intermediates by scope, primitive and a per-scope count: ``layer0/mlp/dot_general.1``;
+  ops of the backward pass are prefixed ``bwd/``;
+- values inside a loop body under the loop op's name: ``transformer/scan.0/blk/mlp/tanh.0``,
+  and its inputs by role and the outer value they stand for: ``scan.0/x[params/layers/wq]``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from jax.extend import core as jex
+
+from workbench.core.errors import CaptureError
+from workbench.core.program import Lit, Op, Operand, Program, Region, Value
+
+#: Primitives whose sub-jaxpr is inlined into the caller (the engine sees straight through).
+CALL_PRIMITIVES = {
+    "jit": "jaxpr",
+    "pjit": "jaxpr",
+    "closed_call": "call_jaxpr",
+    "core_call": "call_jaxpr",
+    "remat2": "jaxpr",
+    "checkpoint": "jaxpr",
+    "custom_jvp_call": "call_jaxpr",
+    "custom_vjp_call": "call_jaxpr",
+    "custom_vjp_call_jaxpr": "fun_jaxpr",
+}
+
+#: The tag primitive (``jax.ad_checkpoint.checkpoint_name``) and its parameter.
+TAG_PRIMITIVE = "name"
+
+
+def _path_text(path) -> str:
+    parts = []
+    for key in path:
+        for attr in ("key", "idx", "name"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+        else:
+            parts.append(str(key))
+    return "/".join(parts)
+
+
+def _split_name_stack(name_stack) -> tuple[tuple[str, ...], bool]:
+    """Scope components and whether a ``transpose`` (the backward pass) wraps them."""
+    scopes, backward = [], False
+    for entry in getattr(name_stack, "stack", ()):
+        kind = type(entry).__name__
+        if kind == "Transform":
+            backward |= entry.name == "transpose"
+        elif entry.name:
+            scopes.extend(p for p in entry.name.split("/") if p)
+    return tuple(scopes), backward
+
+
+def _source_text(source_info) -> str:
+    try:
+        from jax._src import source_info_util
+
+        return source_info_util.summarize(source_info)
+    except Exception:
+        return ""
+
+
+def _is_concrete(leaf) -> bool:
+    return isinstance(leaf, np.ndarray | np.generic | jax.Array | int | float | bool | complex)
+
+
+class _Builder:
+    """Walks a jaxpr and its sub-jaxprs, creating values and ops in program order."""
+
+    def __init__(self):
+        self.values: list[dict] = []
+        self.ops: list[Op | None] = []
+        self.consts: dict[int, np.ndarray] = {}
+        self.counters: dict[tuple[str, str], int] = defaultdict(int)
+        self.taken: set[str] = set()
+
+    # -- names -----------------------------------------------------------------------------
+    def unique(self, name: str) -> str:
+        if name not in self.taken:
+            self.taken.add(name)
+            return name
+        k = 1
+        while f"{name}.{k}" in self.taken:
+            k += 1
+        self.taken.add(f"{name}.{k}")
+        return f"{name}.{k}"
+
+    def new_value(self, name, aval, kind, producer=None, region_of=None) -> int:
+        vid = len(self.values)
+        self.values.append(
+            dict(
+                id=vid,
+                name=self.unique(name),
+                shape=tuple(int(d) for d in aval.shape),
+                dtype=np.dtype(aval.dtype),
+                kind=kind,
+                producer=producer,
+                region_of=region_of,
+            )
+        )
+        return vid
+
+    def op_name(self, prefix: str, primitive: str) -> str:
+        k = self.counters[(prefix, primitive)]
+        self.counters[(prefix, primitive)] = k + 1
+        short = "tag" if primitive == TAG_PRIMITIVE else primitive
+        return f"{prefix}/{short}.{k}" if prefix else f"{short}.{k}"
+
+    # -- walking ---------------------------------------------------------------------------
+    def read(self, env: dict, atom) -> Operand:
+        if isinstance(atom, jex.Literal):
+            aval = atom.aval
+            return Lit(atom.val, tuple(aval.shape), np.dtype(aval.dtype))
+        return env[atom]
+
+    def bind_consts(self, closed, env, prefix, region_of):
+        jaxpr = getattr(closed, "jaxpr", closed)
+        for var, val in zip(jaxpr.constvars, getattr(closed, "consts", ())):
+            vid = self.new_value(
+                f"{prefix}/const" if prefix else "const", var.aval, "const", region_of=region_of
+            )
+            self.consts[vid] = np.asarray(val)
+            env[var] = vid
+        return jaxpr
+
+    def emit(self, jaxpr, env, ctx) -> list[int]:
+        """Emit the equations of ``jaxpr`` under context ``ctx``; returns the op ids in order."""
+        order: list[int] = []
+        for eqn in jaxpr.eqns:
+            prim = eqn.primitive.name
+            scopes, backward = _split_name_stack(eqn.source_info.name_stack)
+            sub = dict(ctx, scope=ctx["scope"] + scopes, backward=ctx["backward"] or backward)
+            operands = tuple(self.read(env, v) for v in eqn.invars)
+            if prim in CALL_PRIMITIVES and CALL_PRIMITIVES[prim] in eqn.params:
+                callee = eqn.params[CALL_PRIMITIVES[prim]]
+                if prim in ("jit", "pjit") and eqn.params.get("name") not in (None, "<lambda>"):
+                    sub["scope"] = sub["scope"] + (str(eqn.params["name"]),)
+                inner_env: dict = {}
+                inner = self.bind_consts(callee, inner_env, self.prefix(sub), ctx["region_of"])
+                for var, operand in zip(inner.invars, operands):
+                    inner_env[var] = operand
+                order += self.emit(inner, inner_env, sub)
+                for var, atom in zip(eqn.outvars, inner.outvars):
+                    env[var] = self.read(inner_env, atom)
+                continue
+            order.append(self.emit_op(eqn, prim, operands, env, sub))
+        return order
+
+    def prefix(self, ctx) -> str:
+        parts = [ctx["base"]] if ctx["base"] else []
+        if ctx["backward"] and not ctx["base"]:
+            parts.append("bwd")
+        parts.extend(ctx["scope"])
+        return "/".join(parts)
+
+    def emit_op(self, eqn, prim, operands, env, ctx) -> int:
+        oid = len(self.ops)
+        self.ops.append(None)
+        prefix = self.prefix(ctx)
+        name = self.op_name(prefix, prim)
+        phase = "backward" if ctx["backward"] else "forward"
+        if "optimizer" in ctx["scope"]:
+            phase = "optimizer"
+        results = []
+        for k, var in enumerate(eqn.outvars):
+            if prim == TAG_PRIMITIVE:
+                tag = str(eqn.params.get("name", "tag"))
+                vname = f"{self.prefix(dict(ctx, backward=False))}/{tag}".lstrip("/")
+            else:
+                vname = name if len(eqn.outvars) == 1 else f"{name}:{k}"
+            vid = self.new_value(
+                vname, var.aval, "intermediate", producer=oid, region_of=ctx["region_of"]
+            )
+            results.append(vid)
+            if not isinstance(var, jex.DropVar):
+                env[var] = vid
+        regions = self.emit_regions(eqn, prim, oid, name, operands, ctx)
+        self.ops[oid] = Op(
+            id=oid,
+            name=name,
+            primitive=prim,
+            params=dict(eqn.params),
+            operands=operands,
+            results=tuple(results),
+            scope=ctx["scope"],
+            phase=phase,
+            regions=regions,
+            parent=ctx["region_of"],
+            source=_source_text(eqn.source_info),
+        )
+        return oid
+
+    # -- regions (scan, while, cond) ---------------------------------------------------------
+    def emit_regions(self, eqn, prim, oid, name, operands, ctx) -> tuple[Region, ...]:
+        p = eqn.params
+        if prim == "scan":
+            nc, nk = p["num_consts"], p["num_carry"]
+            roles = ["const"] * nc + ["carry"] * nk + ["x"] * (len(operands) - nc - nk)
+            return (self.region("body", p["jaxpr"], oid, name, roles, operands, ctx),)
+        if prim == "while":
+            cn, bn = p["cond_nconsts"], p["body_nconsts"]
+            carry = operands[cn + bn :]
+            cond_ops = operands[:cn] + carry
+            body_ops = operands[cn : cn + bn] + carry
+            return (
+                self.region(
+                    "cond",
+                    p["cond_jaxpr"],
+                    oid,
+                    name,
+                    ["const"] * cn + ["carry"] * len(carry),
+                    cond_ops,
+                    ctx,
+                ),
+                self.region(
+                    "body",
+                    p["body_jaxpr"],
+                    oid,
+                    name,
+                    ["const"] * bn + ["carry"] * len(carry),
+                    body_ops,
+                    ctx,
+                ),
+            )
+        if prim == "cond":
+            ins = operands[1:]
+            return tuple(
+                self.region(f"branch{i}", br, oid, name, ["in"] * len(ins), ins, ctx)
+                for i, br in enumerate(p["branches"])
+            )
+        return ()
+
+    def region(self, rname, closed, oid, op_name, roles, outer_operands, ctx) -> Region:
+        base = f"{op_name}/{rname}" if rname != "body" else op_name
+        sub = dict(scope=(), backward=ctx["backward"], base=base, region_of=oid)
+        env: dict = {}
+        jaxpr = self.bind_consts(closed, env, base, oid)
+        inputs = []
+        for i, (var, role, outer) in enumerate(zip(jaxpr.invars, roles, outer_operands)):
+            label = (
+                f"{role}[{self.values[outer]['name']}]" if isinstance(outer, int) else f"{role}{i}"
+            )
+            vid = self.new_value(
+                f"{base}/{label}", var.aval, "region_input", producer=oid, region_of=oid
+            )
+            env[var] = vid
+            inputs.append(vid)
+        op_ids = self.emit(jaxpr, env, sub)
+        outputs = tuple(self.read(env, v) for v in jaxpr.outvars)
+        return Region(rname, tuple(inputs), outputs, tuple(op_ids))
+
+
+def capture(fn: Callable, *args, **kwargs) -> Program:
+    """Trace ``fn(*args, **kwargs)`` into a Program.
+
+    Arguments may be arrays or ``jax.ShapeDtypeStruct``s (plan a model without its
+    memory). Pass non-array arguments with ``functools.partial``.
+    """
+    if not callable(fn):
+        raise CaptureError(f"capture needs a function; got {type(fn).__name__} {fn!r}.")
+    try:
+        sig = inspect.signature(fn)
+        bound = sig.bind(*args, **kwargs)
+        arg_names = list(bound.arguments)
+        arg_values = list(bound.arguments.values())
+        for pname in arg_names:
+            if sig.parameters[pname].kind in (
+                inspect.Parameter.VAR_POSITIONAL,
+                inspect.Parameter.VAR_KEYWORD,
+            ):
+                raise TypeError
+    except (TypeError, ValueError):
+        arg_names = [f"arg{i}" for i in range(len(args))] + list(kwargs)
+        arg_values = list(args) + list(kwargs.values())
+
+    leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(tuple(arg_values))
+    leaves = [leaf for _, leaf in leaves_with_paths]
+    input_names = []
+    for path, _ in leaves_with_paths:
+        top = arg_names[path[0].idx]
+        rest = _path_text(path[1:])
+        input_names.append(f"{top}/{rest}" if rest else top)
+
+    def flat_fn(*flat):
+        tree_args = jax.tree_util.tree_unflatten(in_tree, flat)
+        return fn(**dict(zip(arg_names, tree_args))) if kwargs else fn(*tree_args)
+
+    try:
+        closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*leaves)
+    except Exception as err:  # anything JAX raises while tracing the user's function
+        name = getattr(fn, "__name__", repr(fn))
+        raise CaptureError(
+            f"JAX could not trace {name}({', '.join(arg_names)}): {type(err).__name__}: {err}\n"
+            "Arguments must be arrays or jax.ShapeDtypeStruct pytrees; bind static arguments "
+            "(sizes, flags, modules) with functools.partial, and make sure the function runs "
+            "under jax.jit."
+        ) from err
+
+    out_paths, out_tree = jax.tree_util.tree_flatten_with_path(out_shape)
+    output_names = tuple(("out/" + _path_text(p)).rstrip("/") for p, _ in out_paths)
+
+    b = _Builder()
+    env: dict = {}
+    jaxpr = closed.jaxpr
+    inputs = []
+    for var, name in zip(jaxpr.invars, input_names):
+        vid = b.new_value(name, var.aval, "input")
+        env[var] = vid
+        inputs.append(vid)
+    for var, val in zip(jaxpr.constvars, closed.consts):
+        vid = b.new_value("const", var.aval, "const")
+        b.consts[vid] = np.asarray(val)
+        env[var] = vid
+    body = b.emit(jaxpr, env, dict(scope=(), backward=False, base="", region_of=None))
+    outputs = tuple(b.read(env, v) for v in jaxpr.outvars)
+
+    renamed = set()
+    for vid, oname in zip(outputs, output_names):
+        if isinstance(vid, int) and vid not in renamed:
+            rec = b.values[vid]
+            op = b.ops[rec["producer"]] if rec["producer"] is not None else None
+            if rec["kind"] == "intermediate" and op is not None and op.primitive != TAG_PRIMITIVE:
+                b.taken.discard(rec["name"])
+                rec["name"] = b.unique(oname)
+                renamed.add(vid)
+
+    concrete = all(_is_concrete(leaf) for leaf in leaves)
+    return Program(
+        values=tuple(Value(**rec) for rec in b.values),
+        ops=tuple(b.ops),
+        body=tuple(body),
+        inputs=tuple(inputs),
+        outputs=outputs,
+        output_names=output_names,
+        consts=b.consts,
+        in_tree=in_tree,
+        out_tree=out_tree,
+        jaxpr=closed,
+        example_args=tuple(leaves) if concrete else None,
+        fn=fn,
+        name=getattr(fn, "__name__", "program"),
+    )
+
+
+def tag(x: Any, name: str) -> Any:
+    """Name an intermediate (or every leaf of a pytree, as ``name/<path>``) for selectors.
+
+    The identity everywhere: under jit, grad and vmap it is ``checkpoint_name``.
+    """
+    from jax.ad_checkpoint import checkpoint_name
+
+    leaves, tree = jax.tree_util.tree_flatten_with_path(x)
+    if len(leaves) == 1 and not leaves[0][0]:
+        return checkpoint_name(x, name)
+    named = [checkpoint_name(leaf, f"{name}/{_path_text(path)}") for path, leaf in leaves]
+    return jax.tree_util.tree_unflatten(tree, named)

@@ -1,0 +1,217 @@
+"""A captured program: ops (jaxpr equations) and values (jaxpr variables), with stable names.
+
+Calls (``jit``, ``custom_jvp_call``, ``custom_vjp_call``, ``remat``) are inlined: their
+ops join the caller's op list and keep their scope. Loops and branches (``scan``,
+``while``, ``cond``) stay ops with *regions*: a region has its own input, output and op
+list, and its values live in the same value table as everything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from workbench.core.errors import UnknownValueError, closest_names
+from workbench.core.rules.mapping import FactorMapping, TensorType
+
+
+@dataclass(frozen=True, slots=True)
+class Lit:
+    """A literal operand (a constant written into the op, like ``2.0`` in ``mul x 2.0``)."""
+
+    value: Any
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+Operand = int | Lit  # a value id, or a literal
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Value:
+    """One array in the program. ``kind`` is "input", "const", "intermediate" or "region_input"."""
+
+    id: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    kind: str
+    producer: int | None = None  # the op whose result (or region input) this is
+    region_of: int | None = None  # the region op whose body holds this value, None at top level
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType(self.shape, self.dtype)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """The body of a loop or branch: ``inputs`` and ``outputs`` are value ids (or literals)."""
+
+    name: str
+    inputs: tuple[int, ...]
+    outputs: tuple[Operand, ...]
+    ops: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Op:
+    """One primitive application. ``params`` are the jaxpr equation's parameters."""
+
+    id: int
+    name: str
+    primitive: str
+    params: Mapping[str, Any]
+    operands: tuple[Operand, ...]
+    results: tuple[int, ...]
+    scope: tuple[str, ...]
+    phase: str  # "forward", "backward" or "optimizer"
+    regions: tuple[Region, ...] = ()
+    parent: int | None = None  # the region op this op sits in
+    source: str = ""  # "file.py:42 (fn)" where the user's code made it
+
+    @property
+    def linked_operands(self) -> tuple[Operand, ...]:
+        """Operands then every region's outputs: what the op's factor mapping calls operands."""
+        return self.operands + tuple(v for r in self.regions for v in r.outputs)
+
+    @property
+    def linked_results(self) -> tuple[int, ...]:
+        """Results then every region's inputs: what the op's factor mapping calls results."""
+        return self.results + tuple(v for r in self.regions for v in r.inputs)
+
+
+@dataclass(eq=False)
+class Program:
+    """A captured JAX function. Built by ``workbench.capture``; treat as read-only."""
+
+    values: tuple[Value, ...]
+    ops: tuple[Op, ...]
+    body: tuple[int, ...]  # top-level op ids in program order
+    inputs: tuple[int, ...]
+    outputs: tuple[Operand, ...]
+    output_names: tuple[str, ...]
+    consts: Mapping[int, np.ndarray]
+    in_tree: Any = None
+    out_tree: Any = None
+    jaxpr: Any = None  # the ClosedJaxpr it was captured from
+    example_args: tuple | None = None  # flat input arrays, when capture was given arrays
+    fn: Any = None
+    name: str = "program"
+    _by_name: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        self._by_name = {v.name: v.id for v in self.values}
+
+    # -- lookup ----------------------------------------------------------------------------
+    def value(self, name_or_id: str | int) -> Value:
+        if isinstance(name_or_id, int):
+            return self.values[name_or_id]
+        vid = self._by_name.get(name_or_id)
+        if vid is None:
+            hint = closest_names(name_or_id, self._by_name)
+            raise UnknownValueError(
+                f"the program has no value named {name_or_id!r}"
+                + (f"; did you mean {', '.join(map(repr, hint))}?" if hint else ".")
+                + " Program.names() lists every value name."
+            )
+        return self.values[vid]
+
+    def has_value(self, name: str) -> bool:
+        return name in self._by_name
+
+    def names(self, pattern: str | None = None) -> list[str]:
+        """Value names in id order, optionally filtered by a glob (see ``select``)."""
+        if pattern is None:
+            return [v.name for v in self.values]
+        from workbench.core.selectors import select
+
+        return [self.values[i].name for i in select(self, pattern)]
+
+    def op(self, name_or_id: str | int) -> Op:
+        if isinstance(name_or_id, int):
+            return self.ops[name_or_id]
+        for op in self.ops:
+            if op.name == name_or_id:
+                return op
+        raise UnknownValueError(f"the program has no op named {name_or_id!r}.")
+
+    def walk(self, op_ids: Sequence[int] | None = None) -> Iterator[Op]:
+        """Ops in program order, each region op followed by its regions' ops."""
+        for oid in self.body if op_ids is None else op_ids:
+            op = self.ops[oid]
+            yield op
+            for region in op.regions:
+                yield from self.walk(region.ops)
+
+    @property
+    def input_values(self) -> list[Value]:
+        return [self.values[i] for i in self.inputs]
+
+    # -- graph structure -------------------------------------------------------------------
+    @cached_property
+    def users(self) -> tuple[tuple[int, ...], ...]:
+        """Per value, the ops that read it (as an operand or a linked region output)."""
+        users: list[list[int]] = [[] for _ in self.values]
+        for op in self.ops:
+            for v in op.linked_operands:
+                if isinstance(v, int) and (not users[v] or users[v][-1] != op.id):
+                    users[v].append(op.id)
+        return tuple(tuple(u) for u in users)
+
+    @cached_property
+    def writers(self) -> tuple[tuple[int, ...], ...]:
+        """Per value, the ops that produce it (as a result or a linked region input)."""
+        writers: list[list[int]] = [[] for _ in self.values]
+        for op in self.ops:
+            for v in op.linked_results:
+                if not writers[v] or writers[v][-1] != op.id:
+                    writers[v].append(op.id)
+        return tuple(tuple(w) for w in writers)
+
+    def neighbours(self, value_id: int) -> tuple[int, ...]:
+        return self.users[value_id] + self.writers[value_id]
+
+    @cached_property
+    def mappings(self) -> tuple[FactorMapping, ...]:
+        """Each op's factor mapping, computed once from its sharding rule."""
+        from workbench.core.rules import mapping_of
+
+        return tuple(mapping_of(self, op) for op in self.ops)
+
+    def mapping(self, op: Op | int) -> FactorMapping:
+        return self.mappings[op if isinstance(op, int) else op.id]
+
+    @cached_property
+    def primitives(self) -> frozenset[str]:
+        return frozenset(op.primitive for op in self.ops)
+
+    def operand_type(self, operand: Operand) -> TensorType:
+        if isinstance(operand, Lit):
+            return TensorType(operand.shape, operand.dtype, operand.value)
+        return self.values[operand].type
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def summary(self) -> str:
+        n_params = sum(self.values[i].size for i in self.inputs)
+        return (
+            f"Program {self.name!r}: {len(self.inputs)} inputs ({n_params:,} elements), "
+            f"{len(self.outputs)} outputs, {len(self.ops)} ops, {len(self.values)} values"
+        )
+
+    def __repr__(self) -> str:
+        return f"<{self.summary()}>"

@@ -1,0 +1,331 @@
+"""Propagation: carry one tactic's decisions across the program, one mesh axis at a time.
+
+For an axis, a worklist visits ops next to values that changed. At each op, every tensor
+tiled on the axis is projected onto the op's factors (``FactorMapping``). If they all
+name the same factor, the axis spreads to every tensor carrying that factor (and a
+contracted factor leaves the results pending a reduction); if they name different
+factors, the op is a *conflict*: recorded, and nothing is guessed. With no tile on the
+axis, a pending sum flows on through ops linear in it, as long as the value has no other
+use (where it forks it is reduced once). Decisions only ever add:
+a later tactic never overrides an earlier one. The worklist runs to a fixed point.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from workbench.core.mesh import Mesh
+from workbench.core.rules.mapping import FactorMapping
+from workbench.core.sharding import Sharding
+from workbench.core.state import Claim, Conflict, Provenance, State
+
+
+@dataclass(frozen=True, slots=True)
+class OpIndex:
+    """What propagation needs of one op, precomputed: its tensors and where each factor sits."""
+
+    tensors: tuple[int, ...]  # value ids of linked operands then linked results; -1 for literals
+    n_in: int
+    mapping: FactorMapping
+    dims: tuple[tuple[tuple[int, ...], ...], ...]  # per tensor, per dim, its factors
+    where: dict  # factor -> ((tensor, dim), ...)
+    letters: dict  # factor -> name in the mapping's text
+
+
+def op_index(program) -> tuple[OpIndex, ...]:
+    """The per-op index of a program, built once and kept on the program."""
+    cached = getattr(program, "_op_index", None)
+    if cached is not None:
+        return cached
+    out = []
+    for op, mapping in zip(program.ops, program.mappings):
+        tensors = tuple(
+            v if isinstance(v, int) else -1 for v in (*op.linked_operands, *op.linked_results)
+        )
+        dims = (*mapping.operands, *mapping.results)
+        where: dict[int, list] = {}
+        for t, tdims in enumerate(dims):
+            for d, factors in enumerate(tdims):
+                for f in factors:
+                    where.setdefault(f, []).append((t, d))
+        out.append(
+            OpIndex(
+                tensors,
+                len(op.linked_operands),
+                mapping,
+                dims,
+                {f: tuple(w) for f, w in where.items()},
+                mapping.letters(),
+            )
+        )
+    program._op_index = tuple(out)
+    return program._op_index
+
+
+def walk_axes(factors, sizes, axes, axis_size):
+    """Assign the axes tiling one dimension to its factors, major to minor.
+
+    Returns ``(assigned, end)``: per axis ``(factor, prefix)`` where prefix lists the axes
+    before it on the same factor, and ``end = (factor, prefix, remaining)`` where the next
+    axis would go. None when an axis straddles two factors (not expressible).
+    """
+    assigned = []
+    fi = 0
+    rem = sizes[factors[0]] if factors else 1
+    cur: list[str] = []
+    for ax in axes:
+        while rem == 1 and fi + 1 < len(factors):
+            fi += 1
+            rem = sizes[factors[fi]]
+            cur = []
+        s = axis_size[ax]
+        if not factors or rem % s:
+            return None
+        assigned.append((factors[fi], tuple(cur)))
+        cur.append(ax)
+        rem //= s
+    while rem == 1 and fi + 1 < len(factors):
+        fi += 1
+        rem = sizes[factors[fi]]
+        cur = []
+    return assigned, ((factors[fi] if factors else None), tuple(cur), rem)
+
+
+class Propagator:
+    """Builds the next State from one tactic's decisions. Used once, then discarded."""
+
+    def __init__(self, program, mesh: Mesh, state: State, tactic: int, schedule=()):
+        self.program = program
+        self.schedule = tuple(schedule)
+        self.index = op_index(program)
+        self.axis_size = mesh.shape
+        self.sh: dict[int, Sharding] = dict(state.shardings)
+        self.prov: dict[tuple[int, str], Provenance] = dict(state.provenance)
+        self.conflicts: dict[tuple[int, str], Conflict] = {
+            (c.op, c.axis): c for c in state.conflicts
+        }
+        self.tactic = tactic
+        self.step_count = 0
+        self.changed: set[int] = set()
+        self.order: list[Provenance] = []
+        self.sizes = [v.size for v in program.values]
+        self.outputs = {v for v in program.outputs if isinstance(v, int)}
+
+    # -- writes ----------------------------------------------------------------------------
+    def _record(self, vid, axis, **kwargs) -> None:
+        self.step_count += 1
+        p = Provenance(value=vid, axis=axis, tactic=self.tactic, step=self.step_count, **kwargs)
+        self.prov[(vid, axis)] = p
+        self.order.append(p)
+        self.changed.add(vid)
+
+    def tile(self, vid, dim, axis, *, op=None, source=None, factor=None) -> None:
+        self.sh[vid] = self.sh[vid].with_tile(dim, axis)
+        self._record(vid, axis, dim=dim, op=op, source=source, factor=factor)
+
+    def make_partial(self, vid, axis, reduction, *, op=None, source=None, factor=None) -> None:
+        self.sh[vid] = self.sh[vid].with_partial(axis, reduction)
+        self._record(vid, axis, dim=None, reduction=reduction, op=op, source=source, factor=factor)
+
+    def pin(self, vid, axis, *, atomic: bool) -> None:
+        s = self.sh[vid]
+        self.sh[vid] = s.with_atomic(axis) if atomic else s.with_replicated(axis)
+        self.changed.add(vid)
+
+    # -- the worklist ----------------------------------------------------------------------
+    def run(self, axis: str, seeds) -> int:
+        """Propagate ``axis`` from the ``seeds`` values to a fixed point; returns the write count."""
+        users, writers = self.program.users, self.program.writers
+        queue: deque[int] = deque()
+        queued: set[int] = set()
+        for v in seeds:
+            for o in users[v] + writers[v]:
+                if o not in queued:
+                    queued.add(o)
+                    queue.append(o)
+        writes = 0
+        while queue:
+            o = queue.popleft()
+            queued.discard(o)
+            for v in self.visit(o, axis):
+                writes += 1
+                for n in users[v] + writers[v]:
+                    if n not in queued:
+                        queued.add(n)
+                        queue.append(n)
+        return writes
+
+    def settle(self, first_axis: str | None = None) -> None:
+        """Run every axis to a fixed point; an axis reruns only from values other axes wrote.
+
+        One axis can open a way for another: a dimension merged from factors (B, S) takes
+        an axis on S only once B is tiled.
+        """
+        axes = list(self.axis_size)
+        if first_axis is not None:
+            axes.remove(first_axis)
+            axes.insert(0, first_axis)
+        dirty = {axis: set(self.changed) for axis in axes}
+        while any(dirty.values()):
+            for axis in axes:
+                if not dirty[axis]:
+                    continue
+                seeds, dirty[axis] = dirty[axis], set()
+                start = len(self.order)
+                self.run(axis, seeds)
+                newly = {p.value for p in self.order[start:]}
+                for other in axes:
+                    if other != axis:
+                        dirty[other] |= newly
+
+    # -- one op, one axis ------------------------------------------------------------------
+    def visit(self, o: int, axis: str) -> list[int]:
+        ix = self.index[o]
+        m = ix.mapping
+        sh = self.sh
+        claims = []  # (tensor, factor, prefix)
+        partial_in = []  # (tensor, reduction) for operands pending a reduction over axis
+        for t, vid in enumerate(ix.tensors):
+            if vid < 0:
+                continue
+            s = sh[vid]
+            if axis in s.atomic:
+                continue
+            d = s.dim_of(axis)
+            if d is not None:
+                walked = walk_axes(ix.dims[t][d], m.sizes, s.dims[d], self.axis_size)
+                if walked is None:
+                    self.conflict(
+                        o, axis, [(t, None, ())], "an axis straddles two factors of the op"
+                    )
+                    return []
+                for ax, (f, prefix) in zip(s.dims[d], walked[0]):
+                    if ax == axis:
+                        claims.append((t, f, prefix))
+            elif t < ix.n_in:
+                kind = s.reduction_of(axis)
+                if kind is not None:
+                    partial_in.append((t, kind))
+        if claims:
+            return self.spread(o, ix, axis, claims)
+        if partial_in:
+            return self.pass_partial(o, ix, axis, partial_in)
+        return []
+
+    def spread(self, o, ix: OpIndex, axis, claims) -> list[int]:
+        m = ix.mapping
+        f, prefix = claims[0][1], claims[0][2]
+        if any(c[1] != f or c[2] != prefix for c in claims):
+            self.conflict(
+                o, axis, claims, "tensors of the op are tiled on the axis along different factors"
+            )
+            return []
+        if f in m.blocked:
+            return []
+        sh = self.sh
+        source = ix.tensors[claims[0][0]]
+        size = self.axis_size[axis]
+        written = []
+        for t, d in ix.where.get(f, ()):
+            vid = ix.tensors[t]
+            if vid < 0:
+                continue
+            s = sh[vid]
+            if s.dim_of(axis) is not None or axis in s.atomic or axis in s.replicated:
+                continue
+            if s.reduction_of(axis) is not None:
+                if t >= ix.n_in:  # a result already pending a reduction cannot also be tiled
+                    self.conflict(
+                        o,
+                        axis,
+                        [*claims, (t, "partial", ())],
+                        "a result pending a reduction is wanted tiled",
+                    )
+                    return written
+                continue  # an operand pending a sum: lowering reduce-scatters it
+            walked = walk_axes(ix.dims[t][d], m.sizes, s.dims[d], self.axis_size)
+            if walked is None:
+                continue
+            end_f, end_prefix, rem = walked[1]
+            if end_f != f or end_prefix != prefix or rem % size:
+                continue  # not expressible on this tensor: lowering redistributes
+            self.tile(vid, d, axis, op=o, source=source, factor=ix.letters[f])
+            written.append(vid)
+        if f in m.contracting:
+            carrying = {t for t, _ in ix.where.get(f, ())}
+            for t in range(ix.n_in, len(ix.tensors)):
+                vid = ix.tensors[t]
+                if t in carrying or vid < 0:
+                    continue
+                s = sh[vid]
+                if s.uses(axis) or axis in s.atomic or axis in s.replicated:
+                    continue
+                self.make_partial(vid, axis, m.reduction, op=o, source=source, factor=ix.letters[f])
+                written.append(vid)
+        return written
+
+    def pass_partial(self, o, ix: OpIndex, axis, partial_in) -> list[int]:
+        m = ix.mapping
+        kinds = {k for _, k in partial_in}
+        if len(kinds) != 1:
+            return []
+        (kind,) = kinds
+        tensors = {t for t, _ in partial_in}
+        ok = False
+        if kind == "sum":
+            ok = any(set(group) == tensors for group in m.linear)
+        elif m.structural and len(ix.mapping.operands) >= 1 and tensors == {0}:
+            ok = True
+        if not ok:
+            return []
+        # a value used more than once (or returned) is reduced once where it forks: passing
+        # the pending sum along one use would only add a second reduction further on
+        users = self.program.users
+        if any(len(users[ix.tensors[t]]) != 1 or ix.tensors[t] in self.outputs for t in tensors):
+            return []
+        smallest = min(self.sizes[ix.tensors[t]] for t in tensors)
+        source = ix.tensors[partial_in[0][0]]
+        written = []
+        for t in range(ix.n_in, ix.n_in + len(m.results)):
+            vid = ix.tensors[t]
+            s = self.sh[vid]
+            if s.uses(axis) or axis in s.atomic or axis in s.replicated:
+                continue
+            if self.sizes[vid] > smallest:
+                continue  # reducing before a broadcast moves fewer bytes
+            self.make_partial(vid, axis, kind, op=o, source=source)
+            written.append(vid)
+        return written
+
+    def conflict(self, o, axis, claims, reason) -> None:
+        if (o, axis) in self.conflicts:
+            return
+        ix = self.index[o]
+        out = []
+        for t, f, _prefix in claims:
+            vid = ix.tensors[t]
+            s = self.sh[vid]
+            p = self.prov.get((vid, axis))
+            side = f"operand {t}" if t < ix.n_in else f"result {t - ix.n_in}"
+            if f == "partial":
+                wants = f"pending {s.reduction_of(axis)} ({side})"
+            elif f is None:
+                wants = f"dim {s.dim_of(axis)} ({side}), not aligned with the op's factors"
+            else:
+                wants = f"factor {ix.letters[f]} on dim {s.dim_of(axis)} ({side})"
+            out.append(Claim(vid, wants, p.tactic if p else None))
+        self.conflicts[(o, axis)] = Conflict(o, axis, tuple(out), reason, self.tactic)
+
+    # -- result ----------------------------------------------------------------------------
+    def state(self) -> State:
+        """The state built so far (the final one once the tactic is done)."""
+        return State(
+            shardings=MappingProxyType(self.sh),
+            provenance=MappingProxyType(self.prov),
+            conflicts=tuple(self.conflicts.values()),
+            schedule=self.schedule,
+            changed=frozenset(self.changed),
+            order=tuple(self.order),
+        )

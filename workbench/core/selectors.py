@@ -1,0 +1,118 @@
+"""Selectors: which values a tactic is about.
+
+A selector is a glob over value names (``params/**/w_in``, ``**/mlp/*``), a tag
+(``tag:attn_out``, the values tagged so in any scope), or a list of these (their union).
+``*`` and ``?`` match within one ``/``-separated segment, ``**`` any number of whole
+segments, and ``{a,b}`` either alternative.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+
+from workbench.core.errors import SelectorError, closest_names
+
+Selector = str | Sequence[str]
+
+_HELP = (
+    "Use '*' within a name segment, '**' for any number of whole segments and {a,b} for "
+    "alternatives, e.g. 'params/**/w_in' or '**/mlp/{w_in,w_out}'; or 'tag:NAME' for tagged values."
+)
+
+
+@lru_cache(maxsize=1024)
+def compile_glob(pattern: str) -> re.Pattern:
+    """The regex for one glob, or SelectorError saying what is malformed."""
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise SelectorError(f"selector {pattern!r} is empty. {_HELP}")
+    if "***" in pattern:
+        raise SelectorError(f"selector {pattern!r} is malformed: '***' has no meaning. {_HELP}")
+    out, i, depth = [], 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**", i):
+            before_ok = i == 0 or pattern[i - 1] == "/"
+            after_ok = i + 2 == len(pattern) or pattern[i + 2] == "/"
+            if not (before_ok and after_ok):
+                raise SelectorError(
+                    f"selector {pattern!r} is malformed: '**' must be a whole path segment "
+                    f"(like 'a/**/b'), found at position {i}. {_HELP}"
+                )
+            if i + 2 < len(pattern):  # '**/' matches zero or more segments
+                out.append("(?:[^/]*/)*")
+                i += 3
+            else:
+                out.append(".*")
+                i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "{":
+            depth += 1
+            out.append("(?:")
+        elif c == "}":
+            if depth == 0:
+                raise SelectorError(f"selector {pattern!r} is malformed: unbalanced '}}'. {_HELP}")
+            depth -= 1
+            out.append(")")
+        elif c == "," and depth:
+            out.append("|")
+        else:
+            out.append(re.escape(c))
+        i += 1
+    if depth:
+        raise SelectorError(f"selector {pattern!r} is malformed: unbalanced '{{'. {_HELP}")
+    return re.compile("".join(out) + r"\Z")
+
+
+def _patterns(selector: Selector) -> list[str]:
+    if isinstance(selector, str):
+        return [selector]
+    if isinstance(selector, Sequence) and selector and all(isinstance(s, str) for s in selector):
+        return list(selector)
+    raise SelectorError(
+        f"a selector must be a name pattern or a list of them; got {type(selector).__name__} "
+        f"{selector!r}. {_HELP}"
+    )
+
+
+def select(program, selector: Selector, *, required: bool = True) -> list[int]:
+    """Value ids matching ``selector``, in id order. Raises when nothing matches and ``required``."""
+    ids: set[int] = set()
+    for pattern in _patterns(selector):
+        if pattern.startswith("tag:"):
+            tag = pattern[4:]
+            compile_glob(tag)
+            ids.update(_tagged(program, tag))
+            continue
+        regex = compile_glob(pattern)
+        ids.update(v.id for v in program.values if regex.match(v.name))
+    if not ids and required:
+        raise SelectorError(_no_match_message(program, selector))
+    return sorted(ids)
+
+
+def _tagged(program, tag_glob: str) -> list[int]:
+    regex = compile_glob(tag_glob)
+    return [
+        op.results[0]
+        for op in program.ops
+        if op.primitive == "name" and regex.match(str(op.params.get("name", "")))
+    ]
+
+
+def _no_match_message(program, selector) -> str:
+    text = selector if isinstance(selector, str) else list(selector)
+    first = _patterns(selector)[0]
+    literal = first.replace("**/", "").replace("*", "").replace("?", "")
+    hints = closest_names(literal, [v.name for v in program.values])
+    msg = f"selector {text!r} matches no value of program {program.name!r}."
+    if hints:
+        msg += " Close names: " + ", ".join(hints) + "."
+    top = sorted({v.name.split("/")[0] for v in program.values if v.kind == "input"})
+    msg += f" Inputs start with {top}; program.names('{top[0]}/**') lists them." if top else ""
+    return msg

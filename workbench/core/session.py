@@ -1,0 +1,158 @@
+"""A session: a program, a mesh and the schedule applied so far, as a history of states."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from workbench.core.errors import HistoryError, WorkbenchError
+from workbench.core.explain import ConflictReport, Why, report, why
+from workbench.core.mesh import Mesh
+from workbench.core.program import Program
+from workbench.core.sharding import Sharding
+from workbench.core.state import State
+from workbench.core.tactics import Tactic, apply_tactic
+
+
+@dataclass(frozen=True, slots=True)
+class Diff:
+    """Values whose sharding differs between two steps: ``(name, before, after)``."""
+
+    before: int
+    after: int
+    changes: tuple[tuple[str, Sharding, Sharding], ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _, _ in self.changes]
+
+    def __len__(self) -> int:
+        return len(self.changes)
+
+    def __str__(self) -> str:
+        head = f"step {self.before} -> {self.after}: {len(self.changes)} values changed"
+        return "\n".join([head] + [f"  {n}: {a} -> {b}" for n, a, b in self.changes])
+
+
+class Session:
+    """A mutable handle over immutable states: ``apply`` adds one, ``undo``/``redo`` move along.
+
+    ``apply`` is all-or-nothing: on error it raises a ``WorkbenchError`` and the session is
+    exactly as before.
+    """
+
+    def __init__(self, program: Program, mesh: Mesh | dict, schedule: Iterable[Tactic] = ()):
+        if not isinstance(program, Program):
+            raise WorkbenchError(
+                f"Session needs a Program from workbench.capture(fn, *args); got {type(program).__name__}."
+            )
+        self.program = program
+        self.mesh = mesh if isinstance(mesh, Mesh) else Mesh(mesh)
+        self._states: list[State] = [State.initial(program)]
+        self._cursor = 0
+        for tactic in schedule:
+            self.apply(tactic)
+
+    # -- the history ----------------------------------------------------------------------
+    @property
+    def state(self) -> State:
+        return self._states[self._cursor]
+
+    @property
+    def step(self) -> int:
+        """How many tactics are applied now (0 = nothing)."""
+        return self._cursor
+
+    @property
+    def history(self) -> tuple[Tactic, ...]:
+        """The schedule applied so far, in order."""
+        return self.state.schedule
+
+    @property
+    def redo_stack(self) -> tuple[Tactic, ...]:
+        return self._states[-1].schedule[self._cursor :]
+
+    def apply(self, tactic: Tactic) -> Session:
+        new = apply_tactic(self.program, self.mesh, self.state, tactic)
+        del self._states[self._cursor + 1 :]
+        self._states.append(new)
+        self._cursor += 1
+        return self
+
+    def undo(self) -> Session:
+        if self._cursor == 0:
+            raise HistoryError("nothing to undo: no tactic is applied.")
+        self._cursor -= 1
+        return self
+
+    def redo(self) -> Session:
+        if self._cursor + 1 >= len(self._states):
+            raise HistoryError("nothing to redo: no undone tactic follows this step.")
+        self._cursor += 1
+        return self
+
+    def reset(self) -> Session:
+        """Back to no tactics; redo replays the schedule."""
+        self._cursor = 0
+        return self
+
+    def jump(self, step: int) -> Session:
+        """Go to any step of the history (0 = nothing applied)."""
+        if not isinstance(step, int) or not 0 <= step < len(self._states):
+            raise HistoryError(
+                f"step {step!r} is not in the history; steps go from 0 to {len(self._states) - 1}."
+            )
+        self._cursor = step
+        return self
+
+    def state_at(self, step: int) -> State:
+        if not 0 <= step < len(self._states):
+            raise HistoryError(
+                f"step {step} is not in the history; steps go from 0 to {len(self._states) - 1}."
+            )
+        return self._states[step]
+
+    # -- queries --------------------------------------------------------------------------
+    def sharding(self, name: str) -> Sharding:
+        return self.state.shardings[self.program.value(name).id]
+
+    def shardings(self, selector=None) -> dict[str, Sharding]:
+        """Name -> sharding, for every value or those ``selector`` matches."""
+        from workbench.core.selectors import select
+
+        ids = (
+            range(len(self.program.values)) if selector is None else select(self.program, selector)
+        )
+        return {self.program.values[i].name: self.state.shardings[i] for i in ids}
+
+    def why(self, name: str) -> Why:
+        return why(self.program, self.state, self.program.value(name).id)
+
+    @property
+    def conflicts(self) -> list[ConflictReport]:
+        return [report(self.program, self.state, c) for c in self.state.conflicts]
+
+    @property
+    def changed(self) -> list[str]:
+        """Names of the values the last applied tactic changed."""
+        return [self.program.values[v].name for v in sorted(self.state.changed)]
+
+    def diff(self, before: int | None = None, after: int | None = None) -> Diff:
+        """What changed between two steps (default: the step before this one, and this one)."""
+        after = self._cursor if after is None else after
+        before = max(after - 1, 0) if before is None else before
+        a, b = self.state_at(before), self.state_at(after)
+        changes = tuple(
+            (self.program.values[v].name, a.shardings[v], b.shardings[v])
+            for v in sorted(b.changed_since(a))
+        )
+        return Diff(before, after, changes)
+
+    def __repr__(self) -> str:
+        lines = [
+            f"Session({self.program.name!r}, {self.mesh}, step {self._cursor}/{len(self._states) - 1})"
+        ]
+        lines += [f"  #{i} {t}" for i, t in enumerate(self.history)]
+        if self.state.conflicts:
+            lines.append(f"  {len(self.state.conflicts)} conflicts")
+        return "\n".join(lines)
