@@ -87,6 +87,7 @@ class _Builder:
         self.consts: dict[int, np.ndarray] = {}
         self.counters: dict[tuple[str, str], int] = defaultdict(int)
         self.taken: set[str] = set()
+        self.scalars: dict[int, np.ndarray] = {}  # rank-0 values known at capture time
 
     # -- names -----------------------------------------------------------------------------
     def unique(self, name: str) -> str:
@@ -188,6 +189,8 @@ class _Builder:
             results.append(vid)
             if not isinstance(var, jex.DropVar):
                 env[var] = vid
+        if prim == "convert_element_type" and isinstance(operands[0], Lit) and not operands[0].shape:
+            self.scalars[results[0]] = np.asarray(operands[0].value).astype(self.values[results[0]]["dtype"])
         regions = self.emit_regions(eqn, prim, oid, name, operands, ctx)
         self.ops[oid] = Op(
             id=oid,
@@ -347,6 +350,7 @@ def capture(fn: Callable, *args, **kwargs) -> Program:
         outputs=outputs,
         output_names=output_names,
         consts=b.consts,
+        scalars=b.scalars,
         in_tree=in_tree,
         out_tree=out_tree,
         jaxpr=closed,

@@ -104,6 +104,7 @@ class Program:
     outputs: tuple[Operand, ...]
     output_names: tuple[str, ...]
     consts: Mapping[int, np.ndarray]
+    scalars: Mapping[int, np.ndarray] = field(default_factory=dict)  # rank-0 values known statically
     in_tree: Any = None
     out_tree: Any = None
     jaxpr: Any = None  # the ClosedJaxpr it was captured from
@@ -201,7 +202,8 @@ class Program:
     def operand_type(self, operand: Operand) -> TensorType:
         if isinstance(operand, Lit):
             return TensorType(operand.shape, operand.dtype, operand.value)
-        return self.values[operand].type
+        v = self.values[operand]
+        return TensorType(v.shape, v.dtype, self.scalars.get(operand))
 
     def __len__(self) -> int:
         return len(self.ops)

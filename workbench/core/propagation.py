@@ -215,17 +215,36 @@ class Propagator:
         return []
 
     def spread(self, o, ix: OpIndex, axis, claims) -> list[int]:
+        """Spread the claimed factors. One axis may tile several factors of an op only when no
+        tensor carries two of them (a loop's carry and its scanned input, say); otherwise
+        the op is a conflict."""
+        by_factor: dict[int, tuple] = {}
+        for t, f, prefix in claims:
+            if f in by_factor and by_factor[f] != prefix:
+                self.conflict(o, axis, claims, "tensors of the op are tiled on the axis after different axes")
+                return []
+            by_factor[f] = prefix
+        if len(by_factor) > 1:
+            carriers = {f: {t for t, _ in ix.where.get(f, ())} for f in by_factor}
+            factors = list(carriers)
+            for i, f in enumerate(factors):
+                for g in factors[i + 1 :]:
+                    if carriers[f] & carriers[g]:
+                        self.conflict(
+                            o, axis, claims, "tensors of the op are tiled on the axis along different factors"
+                        )
+                        return []
+        written = []
+        for f, prefix in by_factor.items():
+            source = next(ix.tensors[t] for t, g, _ in claims if g == f)
+            written += self.spread_factor(o, ix, axis, f, prefix, source, claims)
+        return written
+
+    def spread_factor(self, o, ix: OpIndex, axis, f, prefix, source, claims) -> list[int]:
         m = ix.mapping
-        f, prefix = claims[0][1], claims[0][2]
-        if any(c[1] != f or c[2] != prefix for c in claims):
-            self.conflict(
-                o, axis, claims, "tensors of the op are tiled on the axis along different factors"
-            )
-            return []
         if f in m.blocked:
             return []
         sh = self.sh
-        source = ix.tensors[claims[0][0]]
         size = self.axis_size[axis]
         written = []
         for t, d in ix.where.get(f, ()):

@@ -20,11 +20,12 @@ from workbench.core.state import State
 
 
 def _freeze(selector: Selector) -> Selector:
-    return selector if isinstance(selector, str) else tuple(selector)
+    """Lists become tuples so tactics stay hashable; anything else is checked when applied."""
+    return tuple(selector) if isinstance(selector, list | tuple) else selector
 
 
 def _selector_text(selector: Selector) -> str:
-    return repr(selector) if isinstance(selector, str) else repr(list(selector))
+    return repr(list(selector)) if isinstance(selector, tuple) else repr(selector)
 
 
 class Tactic:

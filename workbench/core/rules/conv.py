@@ -48,7 +48,7 @@ def _conv_rule(params, operands, results):
         if pointwise_window and dil_ok and rhs.shape[rs] == 1:
             f = b.factor(lhs.shape[ls])
             ld[ls] = od[os_] = (f,)
-            rd[rs] = (b.factor(1),)
+            rd[rs] = ()
         else:
             ld[ls] = (b.factor(lhs.shape[ls], blocked=True),)
             rd[rs] = (b.factor(rhs.shape[rs], blocked=True),)

@@ -5,6 +5,7 @@ Rank-0 operands (scalar literals such as ``2.0`` in ``mul x 2.0``) carry no fact
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 
 from workbench.core.rules.mapping import FactorMapping, MappingBuilder, TensorType
@@ -63,8 +64,7 @@ def _identity_rule(params, operands, results):
 @register("convert_element_type")
 def _convert_rule(params, operands, results):
     # float -> float keeps sums and order; a cast to an integer rounds, so it is not linear
-    src, dst = np.dtype(operands[0].dtype), np.dtype(results[0].dtype)
-    floats = np.issubdtype(src, np.inexact) and np.issubdtype(dst, np.inexact)
+    floats = is_float(operands[0].dtype) and is_float(results[0].dtype)
     return pointwise(operands, results, linear=((0,),) if floats else (), structural=floats)
 
 
@@ -102,6 +102,11 @@ def _identity_per_operand_rule(params, operands, results):
         structural=True,
         linear=tuple((i,) for i in range(len(operands))) if len(operands) == 1 else (),
     )
+
+
+def is_float(dtype) -> bool:
+    """True for floating and complex dtypes, bfloat16 and the float8s included."""
+    return jnp.issubdtype(dtype, jnp.inexact)
 
 
 def is_zero_literal(t: TensorType) -> bool:

@@ -129,6 +129,10 @@ class FactorMapping:
             text += f" {self.reduction}: {names}"
         if self.blocked:
             text += " blocked: " + ", ".join(sorted(letter[f] for f in self.blocked))
+        if self.linear:
+            text += " linear: " + " | ".join("+".join(map(str, g)) for g in self.linear)
+        if self.structural:
+            text += " structural"
         if self.barrier:
             text += " barrier"
         return text
@@ -150,8 +154,8 @@ class MappingBuilder:
         return len(self.sizes) - 1
 
     def dims_for(self, shape: Sequence[int], *, blocked: bool = False) -> list[tuple[int, ...]]:
-        """A fresh factor for every dimension of ``shape``."""
-        return [(self.factor(n, blocked=blocked),) for n in shape]
+        """A fresh factor for every dimension of ``shape`` (none for a size-1 dimension)."""
+        return [(self.factor(n, blocked=blocked),) if n != 1 else () for n in shape]
 
     def operand(self, dims) -> None:
         self.operands.append(tuple(tuple(d) for d in dims))

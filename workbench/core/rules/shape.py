@@ -25,10 +25,10 @@ def _broadcast_in_dim_rule(params, operands, results):
             out_dims[od] = (f,)
             in_dims.append((f,))
         else:  # a size-1 dimension stretched
-            in_dims.append((b.factor(1),))
+            in_dims.append(())
     for od in range(out.rank):
         if out_dims[od] is None:
-            out_dims[od] = (b.factor(out.shape[od]),)
+            out_dims[od] = (b.factor(out.shape[od]),) if out.shape[od] != 1 else ()
     b.operand(in_dims)
     for extra in operands[1:]:  # dynamic shape operands
         b.operand([() for _ in extra.shape])

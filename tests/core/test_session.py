@@ -1,0 +1,171 @@
+"""Session history, queries and the bad-input contract: a clear error and nothing changed."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import workbench as wb
+from workbench.core.errors import (
+    CaptureError,
+    HistoryError,
+    MeshError,
+    SelectorError,
+    TacticError,
+    UnknownValueError,
+)
+
+
+def sds(*shape, dtype=jnp.float32):
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def model(params, x):
+    with jax.named_scope("mlp"):
+        h = jnp.tanh(x @ params["w_in"])
+        return h @ params["w_out"]
+
+
+@pytest.fixture
+def s():
+    program = wb.capture(model, {"w_in": sds(10, 32), "w_out": sds(32, 10)}, sds(8, 10))
+    return wb.Session(program, wb.Mesh({"batch": 2, "model": 4}))
+
+
+def snapshot(s):
+    return (s.state, s.step, s.history, s.redo_stack)
+
+
+def test_undo_redo_reset_jump(s):
+    s.apply(wb.Tile("params/w_in", 1, "model"))
+    s.apply(wb.Tile("x", 0, "batch"))
+    assert s.step == 2 and len(s.history) == 2
+    s.undo()
+    assert s.step == 1 and str(s.sharding("x")) == "f32[8,10]"
+    s.redo()
+    assert str(s.sharding("x")) == "f32[8@batch,10]"
+    s.reset()
+    assert s.step == 0 and s.history == () and len(s.redo_stack) == 2
+    s.jump(2)
+    assert str(s.sharding("out")) == "f32[8@batch,10]{sum: model}"
+    s.jump(1)
+    s.apply(wb.Tile("x", 1, "batch"))  # a new tactic after undo drops the redo stack
+    assert s.redo_stack == () and s.step == 2
+    with pytest.raises(HistoryError, match="nothing to redo"):
+        s.redo()
+    s.reset()
+    with pytest.raises(HistoryError, match="nothing to undo"):
+        s.undo()
+    with pytest.raises(HistoryError, match="step 7 is not in the history; steps go from 0 to 2"):
+        s.jump(7)
+
+
+def test_diff_between_any_two_steps(s):
+    s.apply(wb.Tile("params/w_in", 1, "model"))
+    s.apply(wb.Tile("x", 0, "batch"))
+    d = s.diff()
+    assert d.before == 1 and d.after == 2 and "x" in d.names and "params/w_in" not in d.names
+    d02 = s.diff(0, 2)
+    assert set(d.names) | set(s.diff(0, 1).names) == set(d02.names)
+    name, before, after = next(c for c in d02.changes if c[0] == "params/w_out")
+    assert str(before) == "f32[32,10]" and str(after) == "f32[32@model,10]"
+    assert s.changed == sorted(s.changed, key=lambda n: s.program.value(n).id)
+
+
+def test_schedule_in_the_constructor_and_query_helpers(s):
+    again = wb.Session(s.program, {"batch": 2, "model": 4}, [wb.Tile("params/w_in", 1, "model")])
+    assert str(again.sharding("params/w_out")) == "f32[32@model,10]"
+    assert set(again.shardings("params/*")) == {"params/w_in", "params/w_out"}
+    assert "#0 Tile('params/w_in', dim=1, axis='model')" in repr(again)
+
+
+BAD_TACTICS = [
+    (
+        wb.Tile("params/w_inn", 1, "model"),
+        SelectorError,
+        r"selector 'params/w_inn' matches no value of program 'model'\. Close names: params/w_in",
+    ),
+    (
+        wb.Tile("params/w_in", 2, "model"),
+        TacticError,
+        r"params/w_in has rank 2 \(shape \(10, 32\)\), so dim 2 is out of range; use a dim in \[-2, 1\]",
+    ),
+    (
+        wb.Tile("params/w_in", 0, "model"),
+        TacticError,
+        r"dim 0 of params/w_in has size 10, which mesh axis 'model' \(size 4\) does not divide; "
+        r"pick a dim whose size 4 divides, or pad it",
+    ),
+    (
+        wb.Tile("params/w_in", 1, "modle"),
+        TacticError,
+        r"axis 'modle' is not in Mesh\(batch=2, model=4\); did you mean 'model'\?",
+    ),
+    (wb.Tile("params/***", 1, "model"), SelectorError, r"selector 'params/\*\*\*' is malformed"),
+    (wb.Tile("params/w**", 1, "model"), SelectorError, r"'\*\*' must be a whole path segment"),
+    (wb.Tile("params/{w_in", 1, "model"), SelectorError, r"unbalanced '\{'"),
+    (wb.Tile("", 1, "model"), SelectorError, r"selector '' is empty"),
+    (wb.Tile(42, 1, "model"), SelectorError, r"a selector must be a name pattern or a list of them; got int"),
+    (wb.Tile("params/w_in", 1.5, "model"), TacticError, r"dim must be an integer; got float 1.5"),
+    ("Tile(params/w_in)", TacticError, r"expected a tactic such as Tile\(selector, dim, axis\)"),
+]
+
+
+@pytest.mark.parametrize("tactic, error, message", BAD_TACTICS, ids=[str(t[0])[:40] for t in BAD_TACTICS])
+def test_bad_tactics_raise_a_clear_error_and_change_nothing(s, tactic, error, message):
+    s.apply(wb.Tile("x", 0, "batch"))
+    s.undo()  # keep a redo stack around: it must survive the failed tactic too
+    before = snapshot(s)
+    with pytest.raises(error, match=message) as info:
+        s.apply(tactic)
+    assert isinstance(info.value, wb.WorkbenchError)
+    assert snapshot(s) == before
+
+
+def test_an_axis_already_used_on_a_value_is_refused_naming_the_earlier_tactic(s):
+    s.apply(wb.Tile("params/w_in", 1, "model"))
+    before = snapshot(s)
+    with pytest.raises(
+        TacticError,
+        match=r"params/w_out already uses axis 'model' \(dim 0 by tactic #0 Tile\('params/w_in', dim=1, "
+        r"axis='model'\)\); a mesh axis appears at most once per value",
+    ):
+        s.apply(wb.Tile("params/w_out", 1, "model"))
+    assert snapshot(s) == before
+    with pytest.raises(TacticError, match=r"already f32\[10,32@model\] on axis 'model'"):
+        s.apply(wb.Replicate("params/w_in", "model"))
+    assert snapshot(s) == before
+
+
+def test_a_tactic_that_fails_halfway_through_its_values_leaves_no_trace(s):
+    # x tiles fine on batch; w_out's dim 0 (32) then gets batch too, but w_in's dim 0 (12)
+    # is matched as well and is not divisible by 8: nothing may be written
+    before = snapshot(s)
+    with pytest.raises(TacticError, match="dim 0 of params/w_in has size 10"):
+        s.apply(wb.Tile(["x", "params/w_out", "params/w_in"], 0, "model"))
+    assert snapshot(s) == before
+
+
+def test_unknown_value_names_suggest_close_ones(s):
+    with pytest.raises(UnknownValueError, match=r"no value named 'params/w_ou'; did you mean 'params/w_out'"):
+        s.sharding("params/w_ou")
+    with pytest.raises(UnknownValueError):
+        s.why("nothing/here")
+
+
+def test_a_function_jax_cannot_trace_is_a_capture_error():
+    def broken(x):
+        return x.reshape(7, -1)  # 8*12 elements do not fit 7 rows
+
+    with pytest.raises(CaptureError, match=r"(?s)JAX could not trace broken\(x\): TypeError: .*functools\.partial"):
+        wb.capture(broken, sds(8, 10))
+    with pytest.raises(CaptureError, match="capture needs a function; got int"):
+        wb.capture(3, sds(8, 10))
+
+
+def test_bad_meshes():
+    with pytest.raises(MeshError, match="a mesh needs at least one axis"):
+        wb.Mesh({})
+    with pytest.raises(MeshError, match="mesh axis 'model' has size 0; a size must be a positive integer"):
+        wb.Mesh({"batch": 2, "model": 0})
+    with pytest.raises(MeshError, match="mesh axis name 'my axis' is not a valid identifier"):
+        wb.Mesh({"my axis": 2})
