@@ -34,7 +34,3 @@ class Collective:
     dim_from: int | None = None  # all-to-all: the dimension concatenated
     reduction: str | None = None  # all-reduce / reduce-scatter: "sum", "max" or "min"
     why: str = ""  # one sentence for people
-
-    @property
-    def group_size_axes(self) -> tuple[str, ...]:
-        return self.axes
