@@ -189,8 +189,14 @@ class _Builder:
             results.append(vid)
             if not isinstance(var, jex.DropVar):
                 env[var] = vid
-        if prim == "convert_element_type" and isinstance(operands[0], Lit) and not operands[0].shape:
-            self.scalars[results[0]] = np.asarray(operands[0].value).astype(self.values[results[0]]["dtype"])
+        if (
+            prim == "convert_element_type"
+            and isinstance(operands[0], Lit)
+            and not operands[0].shape
+        ):
+            self.scalars[results[0]] = np.asarray(operands[0].value).astype(
+                self.values[results[0]]["dtype"]
+            )
         regions = self.emit_regions(eqn, prim, oid, name, operands, ctx)
         self.ops[oid] = Op(
             id=oid,
@@ -204,6 +210,7 @@ class _Builder:
             regions=regions,
             parent=ctx["region_of"],
             source=_source_text(eqn.source_info),
+            jax_primitive=eqn.primitive,
         )
         return oid
 

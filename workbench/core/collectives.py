@@ -34,3 +34,5 @@ class Collective:
     dim_from: int | None = None  # all-to-all: the dimension concatenated
     reduction: str | None = None  # all-reduce / reduce-scatter: "sum", "max" or "min"
     why: str = ""  # one sentence for people
+    count: int = 1  # times it runs per step (inside a scan body: the scan's length)
+    step: int | None = None  # its index among the value's redistribution steps

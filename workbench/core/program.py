@@ -51,6 +51,12 @@ class Value:
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
 
+    def type_sharding(self):
+        """This value whole on every device."""
+        from workbench.core.sharding import Sharding
+
+        return Sharding.unsharded(self.shape, self.dtype)
+
     @property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
@@ -81,6 +87,7 @@ class Op:
     regions: tuple[Region, ...] = ()
     parent: int | None = None  # the region op this op sits in
     source: str = ""  # "file.py:42 (fn)" where the user's code made it
+    jax_primitive: Any = field(default=None, repr=False)  # the jax Primitive, for re-binding
 
     @property
     def linked_operands(self) -> tuple[Operand, ...]:
@@ -104,7 +111,9 @@ class Program:
     outputs: tuple[Operand, ...]
     output_names: tuple[str, ...]
     consts: Mapping[int, np.ndarray]
-    scalars: Mapping[int, np.ndarray] = field(default_factory=dict)  # rank-0 values known statically
+    scalars: Mapping[int, np.ndarray] = field(
+        default_factory=dict
+    )  # rank-0 values known statically
     in_tree: Any = None
     out_tree: Any = None
     jaxpr: Any = None  # the ClosedJaxpr it was captured from

@@ -148,6 +148,44 @@ class Session:
         )
         return Diff(before, after, changes)
 
+    # -- the partitioned program ------------------------------------------------------------
+    def plan(self):
+        """The execution plan of the current state (cached per state)."""
+        from workbench.core.plan import build_plan
+
+        state = self.state
+        cache = self.__dict__.setdefault("_plans", {})
+        if state not in cache:
+            cache[state] = build_plan(self.program, self.mesh, state)
+        return cache[state]
+
+    def collectives(self):
+        """Every collective the partitioned program performs: kind, value, axes, bytes and why."""
+        return list(self.plan().collectives)
+
+    def lower(self, kind: str = "explicit", devices=None):
+        """``(jitted fn of the flat inputs, jax Mesh)`` for ``kind`` "explicit", "constrained" or
+        "propagated" (XLA propagating from the input shardings alone)."""
+        from workbench.core.lowering import constrained, explicit
+
+        if kind == "explicit":
+            return explicit.lower_explicit(
+                self.program, self.mesh, self.state, self.plan(), devices
+            )
+        if kind == "constrained":
+            return constrained.lower_constrained(self.program, self.mesh, self.state, devices)
+        if kind == "propagated":
+            return constrained.lower_propagated(self.program, self.mesh, self.state, devices)
+        raise WorkbenchError(
+            f"unknown lowering {kind!r}; use 'explicit', 'constrained' or 'propagated'."
+        )
+
+    def run(self, *, lowering: str = "explicit", args=None, repeats: int = 5, devices=None):
+        """Run on the attached devices; outputs checked against the unpartitioned program, timed."""
+        from workbench.core.run import run
+
+        return run(self, lowering=lowering, args=args, repeats=repeats, devices=devices)
+
     def __repr__(self) -> str:
         lines = [
             f"Session({self.program.name!r}, {self.mesh}, step {self._cursor}/{len(self._states) - 1})"

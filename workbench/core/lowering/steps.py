@@ -1,0 +1,79 @@
+"""Redistribution steps as JAX collectives, inside ``shard_map``."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from workbench.core.lowering.local import shard_index
+from workbench.core.mesh import Mesh
+from workbench.core.redistribute import Step
+
+
+def _names(axes):
+    return axes[0] if len(axes) == 1 else tuple(axes)
+
+
+def run_step(x, step: Step, mesh: Mesh):
+    kind, axes = step.kind, step.axes
+    if kind == "slice":
+        new = step.after.local_shape(mesh)[step.dim]
+        return lax.dynamic_slice_in_dim(x, shard_index(axes, mesh) * new, new, axis=step.dim)
+    if kind == "mask":
+        first = jnp.ones((), bool)
+        for axis in axes:
+            first = first & (lax.axis_index(axis) == 0)
+        if step.reduction == "sum":
+            return jnp.where(first, x, jnp.zeros((), x.dtype))
+        return x  # a whole value is already a valid pending max or min
+    if kind == "all-gather":
+        return lax.all_gather(x, _names(axes), axis=step.dim, tiled=True)
+    if kind == "reduce-scatter":
+        return lax.psum_scatter(x, _names(axes), scatter_dimension=step.dim, tiled=True)
+    if kind == "all-reduce":
+        reduce = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}[step.reduction]
+        return reduce(x, _names(axes))
+    if kind == "all-to-all":
+        return lax.all_to_all(
+            x, axes[0], split_axis=step.dim, concat_axis=step.dim_from, tiled=True
+        )
+    if kind == "collective-permute":
+        return lax.ppermute(x, tuple(mesh_order(axes, mesh)), permutation(axes, step.order, mesh))
+    raise ValueError(f"unknown redistribution step {kind}")  # pragma: no cover
+
+
+def mesh_order(axes, mesh: Mesh):
+    return [a for a in mesh.names if a in axes]
+
+
+def permutation(old, new, mesh: Mesh) -> list[tuple[int, int]]:
+    """(source, target) pairs over ``axes`` in mesh order: the block a device holds in order
+    ``old`` becomes the one it must hold in order ``new``."""
+    names = mesh_order(old, mesh)
+    sizes = [mesh.axis_size(a) for a in names]
+    pairs = []
+    for coords in np.ndindex(*sizes):
+        c = dict(zip(names, coords))
+
+        def linear(order, c=c):
+            k = 0
+            for a in order:
+                k = k * mesh.axis_size(a) + c[a]
+            return k
+
+        block = linear(new)  # the block this device must end up with
+        # the device that holds ``block`` in the old order
+        src, rest = {}, block
+        for a in reversed(old):
+            src[a] = rest % mesh.axis_size(a)
+            rest //= mesh.axis_size(a)
+        pairs.append((linear_in(names, src, mesh), linear_in(names, c, mesh)))
+    return pairs
+
+
+def linear_in(names, coords, mesh: Mesh) -> int:
+    k = 0
+    for a in names:
+        k = k * mesh.axis_size(a) + coords[a]
+    return k

@@ -1,0 +1,380 @@
+"""The execution plan: how every op runs on each device, and what moves between them.
+
+For each op the plan fixes which mesh axes split which of its factors (read off the
+layouts the state decided for its results, plus the contracting factors its operands
+are tiled on), hence the layout each operand must arrive in and the layout each result
+comes out in. Operands are fetched into those layouts from the cheapest layout already
+materialised (a value reduced once serves every later use), and every fetch is a
+redistribution whose collectives make up the plan's collective list. The explicit
+lowering performs exactly this plan and the simulator prices it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from workbench.core.collectives import Collective
+from workbench.core.mesh import Mesh
+from workbench.core.propagation import OpIndex, op_index, walk_axes
+from workbench.core.redistribute import (
+    Step,
+    as_layout,
+    cost_bytes,
+    layout_key,
+    peak_bytes,
+    redistribute,
+)
+from workbench.core.sharding import Sharding
+from workbench.core.state import State
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """Bring ``value`` from an available layout ``src`` into ``dst``, by ``steps``."""
+
+    value: int
+    src: Sharding
+    dst: Sharding
+    steps: tuple[Step, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OpPlan:
+    """How one op runs: its factors' axes, operand layouts in, result layouts out."""
+
+    op: int
+    factor_axes: Mapping[int, tuple[str, ...]]
+    contracted: tuple[
+        tuple[str, str], ...
+    ]  # (axis, reduction) the op leaves pending by contracting
+    passed: tuple[tuple[str, str], ...]  # (axis, reduction) pending reductions it passes on
+    operands: tuple[Sharding | None, ...]  # per linked operand: the layout it needs (None: literal)
+    results: tuple[Sharding, ...]  # per linked result: the layout it produces
+    fetches: tuple[Fetch | None, ...]  # per linked operand (region outputs: at the end of the body)
+    repeats: int = 1  # how many times it runs per step
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    ops: tuple[OpPlan | None, ...]  # by op id
+    outputs: tuple[Fetch | None, ...]  # per program output
+    collectives: tuple[Collective, ...]
+
+    def op(self, op_id: int) -> OpPlan:
+        return self.ops[op_id]
+
+
+def _layout(s: Sharding, dims, partial=()) -> Sharding:
+    return Sharding(s.shape, s.dtype, tuple(dims), tuple(sorted(partial)))
+
+
+def _prod(axes, size) -> int:
+    return math.prod(size[a] for a in axes)
+
+
+class _OpLayout:
+    """Works out one op's factor axes from the state (see module doc)."""
+
+    def __init__(self, program, mesh: Mesh, state: State, op, ix: OpIndex):
+        self.program, self.state, self.op, self.ix = program, state, op, ix
+        self.m = ix.mapping
+        self.size = mesh.shape
+        self.fa: dict[int, tuple[str, ...]] = {}
+
+    def assigned(self) -> set[str]:
+        return {a for axes in self.fa.values() for a in axes}
+
+    def claim(self, t: int, axis: str):
+        """(factor, prefix) that tensor ``t`` puts ``axis`` on, or None."""
+        vid = self.ix.tensors[t]
+        if vid < 0:
+            return None
+        s = self.state.shardings[vid]
+        d = s.dim_of(axis)
+        if d is None:
+            return None
+        walked = walk_axes(self.ix.dims[t][d], self.m.sizes, s.dims[d], self.size)
+        if walked is None:
+            return None
+        return walked[0][s.dims[d].index(axis)]
+
+    def from_results(self) -> None:
+        ix, m = self.ix, self.m
+        n_out = len(self.op.results)
+        order = list(range(ix.n_in + n_out, len(ix.tensors))) + list(
+            range(ix.n_in, ix.n_in + n_out)
+        )
+        for t in order:
+            s = self.state.shardings[ix.tensors[t]]
+            for d, axes in enumerate(s.dims):
+                walked = walk_axes(ix.dims[t][d], m.sizes, axes, self.size) if axes else None
+                if walked is None:
+                    continue
+                for axis, (f, prefix) in zip(axes, walked[0]):
+                    have = self.fa.get(f, ())
+                    if axis in have:
+                        continue
+                    if f in m.blocked or have != prefix or axis in self.assigned():
+                        break
+                    self.fa[f] = (*have, axis)
+
+    def contraction(self, axis: str, kind: str | None) -> bool:
+        """Split a contracting factor on ``axis`` if the operands agree on one."""
+        claims = {self.claim(t, axis) for t in range(self.ix.n_in)} - {None}
+        if len(claims) != 1:
+            return False
+        ((f, prefix),) = claims
+        if f not in self.m.contracting or self.fa.get(f, ()) != prefix:
+            return False
+        if kind is not None and kind != self.m.reduction:
+            return False
+        self.fa[f] = (*prefix, axis)
+        return True
+
+    def passing(self, axis: str, kind: str) -> tuple[int, ...] | None:
+        """The operands a pending ``kind`` over ``axis`` passes through, if the op allows it."""
+        ix, m = self.ix, self.m
+        partial = tuple(
+            t
+            for t in range(ix.n_in)
+            if ix.tensors[t] >= 0 and self.state.shardings[ix.tensors[t]].reduction_of(axis) == kind
+        )
+        if not partial:
+            return None
+        if kind == "sum" and any(set(g) == set(partial) for g in m.linear):
+            return partial
+        if m.structural and partial == (0,):
+            return partial
+        return None
+
+    def expressible(self) -> None:
+        """Drop axes until every tensor's layout is one a device can hold."""
+        ix, m = self.ix, self.m
+        changed = True
+        while changed:
+            changed = False
+            for dims in ix.dims:
+                seen: set[str] = set()
+                for factors in dims:
+                    covered = True
+                    for f in factors:
+                        axes = self.fa.get(f, ())
+                        if axes and (not covered or seen & set(axes)):
+                            self.fa[f] = axes[:-1]
+                            changed = True
+                            break
+                        seen |= set(axes)
+                        covered = covered and _prod(axes, self.size) == m.sizes[f]
+                    if changed:
+                        break
+                if changed:
+                    break
+
+    def dims_of(self, t: int) -> tuple[tuple[str, ...], ...]:
+        return tuple(
+            tuple(a for f in factors for a in self.fa.get(f, ())) for factors in self.ix.dims[t]
+        )
+
+
+def plan_op(program, mesh: Mesh, state: State, op, ix: OpIndex) -> tuple:
+    """(factor_axes, contracted, passed, operand layouts, result layouts) for one op."""
+    lay = _OpLayout(program, mesh, state, op, ix)
+    m = ix.mapping
+    lay.from_results()
+    contracted: list[tuple[str, str]] = []
+    passed: list[tuple[str, str]] = []
+    pass_groups: dict[str, tuple[int, ...]] = {}
+    n_out = len(op.results)
+    result_partials = sorted(
+        {p for t in range(ix.n_in, ix.n_in + n_out) for p in state.shardings[ix.tensors[t]].partial}
+    )
+    for axis, kind in result_partials:
+        if axis in lay.assigned() or any(a == axis for a, _ in contracted + passed):
+            continue
+        if lay.contraction(axis, kind):
+            contracted.append((axis, kind))
+        elif (group := lay.passing(axis, kind)) is not None:
+            passed.append((axis, kind))
+            pass_groups[axis] = group
+    for axis in mesh.names:  # operands tiled on a contracting factor: contract, then reduce after
+        if axis not in lay.assigned() and not any(a == axis for a, _ in contracted + passed):
+            if lay.contraction(axis, None):
+                contracted.append((axis, m.reduction))
+    lay.expressible()
+    contracted = [(a, k) for a, k in contracted if a in lay.assigned()]
+    carriers = {f: {t for t, _ in ix.where.get(f, ())} for f in ix.where}
+    operands = []
+    for t, v in enumerate(op.linked_operands):
+        if not isinstance(v, int):
+            operands.append(None)
+            continue
+        partial = [(a, k) for a, k in passed if t in pass_groups[a]]
+        for axis, _kind in contracted:
+            (f,) = [f for f, axes in lay.fa.items() if axis in axes]
+            if t not in carriers[f] and any(t in g and carriers[f] & set(g) for g in m.linear):
+                partial.append((axis, "sum"))  # joins a sum the op forms: contributes once
+        operands.append(_layout(program.values[v].type_sharding(), lay.dims_of(t), partial))
+    results = []
+    for j, v in enumerate(op.linked_results):
+        t = ix.n_in + j
+        partial = list(passed) if j < n_out else []
+        for axis, kind in contracted:
+            (f,) = [f for f, axes in lay.fa.items() if axis in axes]
+            if j < n_out and t not in carriers[f]:
+                partial.append((axis, kind))
+        results.append(_layout(program.values[v].type_sharding(), lay.dims_of(t), partial))
+    return dict(lay.fa), tuple(contracted), tuple(passed), tuple(operands), tuple(results)
+
+
+class Planner:
+    """Walks the program in order, choosing layouts and fetches exactly as the lowering runs."""
+
+    def __init__(self, program, mesh: Mesh, state: State):
+        self.program, self.mesh, self.state = program, mesh, state
+        self.index = op_index(program)
+        self.scopes: list[dict[int, list[Sharding]]] = []
+        self.ops: list[OpPlan | None] = [None] * len(program.ops)
+        self.collectives: list[Collective] = []
+        self.repeat = 1
+
+    def available(self, v: int) -> list[Sharding]:
+        return [s for scope in self.scopes for s in scope.get(v, ())]
+
+    def add(self, v: int, layout: Sharding) -> None:
+        self.scopes[-1].setdefault(v, []).append(as_layout(layout))
+
+    def fetch(self, v, dst: Sharding | None, consumer: int | None) -> Fetch | None:
+        if dst is None or not isinstance(v, int):
+            return None
+        dst = as_layout(dst)
+        options = self.available(v)
+        if not options:
+            raise AssertionError(f"value {self.program.values[v].name} used before it is defined")
+        key = layout_key(dst)
+        for s in options:
+            if layout_key(s) == key:
+                return Fetch(v, s, dst, ())
+        best = None
+        for s in options:
+            steps = redistribute(s, dst, self.mesh)
+            cost = (cost_bytes(steps), peak_bytes(steps, s, self.mesh), len(steps))
+            if best is None or cost < best[0]:
+                best = (cost, s, steps)
+        _, src, steps = best
+        self.add(v, dst)
+        self.record(v, steps, consumer)
+        return Fetch(v, src, dst, steps)
+
+    def record(self, v: int, steps, consumer: int | None) -> None:
+        for i, step in enumerate(steps):
+            if step.is_collective:
+                tactic = self.tactic_for(v, step.axes, consumer)
+                self.collectives.append(
+                    Collective(
+                        kind=step.kind,
+                        value=v,
+                        axes=step.axes,
+                        bytes=step.bytes,
+                        op=consumer,
+                        tactic=tactic,
+                        src=step.before,
+                        dst=step.after,
+                        dim=step.dim,
+                        dim_from=step.dim_from,
+                        reduction=step.reduction,
+                        why=collective_why(self.program, step, v, consumer),
+                        count=self.repeat,
+                        step=i,
+                    )
+                )
+
+    def tactic_for(self, v: int, axes, consumer: int | None) -> int | None:
+        prov = self.state.provenance
+        for axis in axes:
+            if (v, axis) in prov:
+                return prov[(v, axis)].tactic
+        if consumer is not None:
+            for r in self.program.ops[consumer].results:
+                for axis in axes:
+                    if (r, axis) in prov:
+                        return prov[(r, axis)].tactic
+        return None
+
+    def run(self) -> Plan:
+        p = self.program
+        self.scopes.append({})
+        for v in p.inputs:
+            self.add(v, self.state.shardings[v])
+        for v in p.consts:
+            if p.values[v].region_of is None:
+                self.add(v, p.values[v].type_sharding())
+        self.walk(p.body)
+        outputs = tuple(
+            self.fetch(v, _layout(self.state.shardings[v], self.state.shardings[v].dims), None)
+            if isinstance(v, int)
+            else None
+            for v in p.outputs
+        )
+        return Plan(tuple(self.ops), outputs, tuple(self.collectives))
+
+    def walk(self, op_ids) -> None:
+        p = self.program
+        for o in op_ids:
+            op = p.ops[o]
+            ix = self.index[o]
+            fa, contracted, passed, operands, results = plan_op(p, self.mesh, self.state, op, ix)
+            n_outer = len(op.operands)
+            fetches = [self.fetch(v, operands[t], o) for t, v in enumerate(op.operands)]
+            n_res = len(op.results)
+            region_in = n_res
+            region_out = n_outer
+            for region in op.regions:
+                saved = self.repeat
+                if op.primitive == "scan":
+                    self.repeat *= int(op.params["length"])
+                self.scopes.append({})
+                for k, v in enumerate(region.inputs):
+                    self.add(v, results[region_in + k])
+                for v in p.consts:
+                    if p.values[v].region_of == o:
+                        self.add(v, p.values[v].type_sharding())
+                self.walk(region.ops)
+                for k, v in enumerate(region.outputs):
+                    fetches.append(self.fetch(v, operands[region_out + k], o))
+                self.scopes.pop()
+                self.repeat = saved
+                region_in += len(region.inputs)
+                region_out += len(region.outputs)
+            for j, v in enumerate(op.results):
+                self.add(v, results[j])
+            self.ops[o] = OpPlan(
+                o, fa, contracted, passed, operands, results, tuple(fetches), self.repeat
+            )
+
+
+def build_plan(program, mesh: Mesh, state: State) -> Plan:
+    """The execution plan of ``state`` (see module doc)."""
+    return Planner(program, mesh, state).run()
+
+
+def collective_why(program, step: Step, v: int, consumer: int | None) -> str:
+    """One sentence saying why a collective is there."""
+    name = program.values[v].name
+    who = program.ops[consumer].name if consumer is not None else "the program's output"
+    axes = ",".join(step.axes)
+    if step.kind == "all-reduce":
+        return f"{name} is a pending {step.reduction} over {axes}; {who} needs it whole"
+    if step.kind == "reduce-scatter":
+        return (
+            f"{name} is a pending sum over {axes}; {who} needs it tiled on dim {step.dim}, "
+            "so it is reduced and scattered at once"
+        )
+    if step.kind == "all-gather":
+        return f"{name} is tiled on dim {step.dim} over {axes}; {who} needs that dim whole"
+    if step.kind == "all-to-all":
+        return (
+            f"{who} needs {name} split on dim {step.dim} over {axes} instead of dim {step.dim_from}"
+        )
+    return f"{who} needs the axes of dim {step.dim} of {name} in the order {','.join(step.order or ())}"

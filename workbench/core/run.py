@@ -1,0 +1,145 @@
+"""Run a session's partitioned program on the attached devices and check it against the
+unpartitioned one: outputs, errors, step time (median after warm-up) and memory."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+
+from workbench.core.errors import WorkbenchError
+from workbench.core.lowering.explicit import spec
+from workbench.core.units import format_bytes, format_seconds
+
+#: (relative tolerance, absolute floor) per output dtype, for "outputs match?"
+TOLERANCE = {
+    "float64": (1e-9, 1e-12),
+    "float32": (2e-4, 1e-5),
+    "bfloat16": (2e-2, 1e-2),
+    "float16": (5e-3, 1e-3),
+}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one run measured."""
+
+    lowering: str
+    device: str
+    outputs: Any  # the partitioned program's outputs, as the function's pytree
+    reference: Any  # the unpartitioned program's outputs
+    max_abs_error: float
+    max_rel_error: float
+    matches: bool
+    step_time_s: float  # median over ``times_s``
+    times_s: tuple[float, ...]
+    compile_time_s: float
+    memory: dict = field(default_factory=dict)  # per device, from XLA's memory_analysis
+
+    def __str__(self) -> str:
+        mem = self.memory.get("peak_memory_in_bytes") or self.memory.get("temp_size_in_bytes", 0)
+        return (
+            f"{self.lowering} run on {self.device}: outputs {'match' if self.matches else 'DIFFER'} "
+            f"(max abs error {self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g}); "
+            f"step {format_seconds(self.step_time_s)} (median of {len(self.times_s)}), "
+            f"compile {format_seconds(self.compile_time_s)}, peak memory per device {format_bytes(mem)}"
+        )
+
+
+def example_inputs(program, seed: int = 0) -> list:
+    """The arrays capture was given, or random ones of the captured shapes."""
+    if program.example_args is not None:
+        return [jnp.asarray(a) for a in program.example_args]
+    rng = np.random.default_rng(seed)
+    out = []
+    for v in program.input_values:
+        if jnp.issubdtype(v.dtype, jnp.floating):
+            out.append(jnp.asarray(rng.normal(0, 0.5, v.shape), dtype=v.dtype))
+        elif v.dtype == np.bool_:
+            out.append(jnp.asarray(rng.random(v.shape) < 0.5))
+        else:
+            out.append(jnp.zeros(v.shape, v.dtype))
+    return out
+
+
+def reference_outputs(program, flat_args) -> list:
+    from jax.extend.core import jaxpr_as_fun
+
+    return list(jax.jit(jaxpr_as_fun(program.jaxpr))(*flat_args))
+
+
+def compare(outputs, reference) -> tuple[float, float, bool]:
+    worst_abs, worst_rel, ok = 0.0, 0.0, True
+    for out, ref in zip(outputs, reference):
+        dtype = str(np.asarray(ref).dtype)
+        out, ref = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+        err = float(np.max(np.abs(out - ref))) if out.size else 0.0
+        scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+        rel = err / scale if scale > 0 else err
+        rtol, atol = TOLERANCE.get(dtype, TOLERANCE["float32"])
+        ok &= err <= max(atol, rtol * scale)
+        worst_abs, worst_rel = max(worst_abs, err), max(worst_rel, rel)
+    return worst_abs, worst_rel, ok
+
+
+def run(
+    session, *, lowering: str = "explicit", args=None, repeats: int = 5, devices=None
+) -> RunResult:
+    program, state = session.program, session.state
+    flat = (
+        example_inputs(program) if args is None else [jnp.asarray(a) for a in jax.tree.leaves(args)]
+    )
+    if len(flat) != len(program.inputs):
+        raise WorkbenchError(
+            f"run got {len(flat)} input arrays but {program.name} takes {len(program.inputs)}; pass the "
+            "same pytree of arguments that capture was given."
+        )
+    fn, jmesh = session.lower(lowering, devices=devices)
+    placed = [
+        jax.device_put(a, NamedSharding(jmesh, spec(state.shardings[v])))
+        for a, v in zip(flat, program.inputs)
+    ]
+    t0 = time.perf_counter()
+    compiled = fn.lower(*placed).compile()
+    compile_time = time.perf_counter() - t0
+    outputs = jax.block_until_ready(compiled(*placed))  # warm-up
+    times = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(*placed))
+        times.append(time.perf_counter() - t0)
+    reference = reference_outputs(program, flat)
+    abs_err, rel_err, ok = compare(outputs, reference)
+    mem = compiled.memory_analysis()
+    memory = {
+        k: int(getattr(mem, k))
+        for k in (
+            "argument_size_in_bytes",
+            "output_size_in_bytes",
+            "temp_size_in_bytes",
+            "alias_size_in_bytes",
+            "peak_memory_in_bytes",
+        )
+        if mem is not None and hasattr(mem, k)
+    }
+    device = f"{jmesh.devices.size} x {jmesh.devices.flat[0].device_kind}"
+    tree = program.out_tree
+    return RunResult(
+        lowering=lowering,
+        device=device,
+        outputs=jax.tree_util.tree_unflatten(tree, list(outputs)) if tree is not None else outputs,
+        reference=jax.tree_util.tree_unflatten(tree, reference) if tree is not None else reference,
+        max_abs_error=abs_err,
+        max_rel_error=rel_err,
+        matches=ok,
+        step_time_s=statistics.median(times),
+        times_s=tuple(times),
+        compile_time_s=compile_time,
+        memory=memory,
+    )
