@@ -199,9 +199,9 @@ def plan_op(program, mesh: Mesh, state: State, op, ix: OpIndex) -> tuple:
             passed.append((axis, kind))
             pass_groups[axis] = group
     for axis in mesh.names:  # operands tiled on a contracting factor: contract, then reduce after
-        if axis not in lay.assigned() and not any(a == axis for a, _ in contracted + passed):
-            if lay.contraction(axis, None):
-                contracted.append((axis, m.reduction))
+        free = axis not in lay.assigned() and not any(a == axis for a, _ in contracted + passed)
+        if free and lay.contraction(axis, None):
+            contracted.append((axis, m.reduction))
     lay.expressible()
     contracted = [(a, k) for a, k in contracted if a in lay.assigned()]
     carriers = {f: {t for t, _ in ix.where.get(f, ())} for f in ix.where}

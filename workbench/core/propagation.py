@@ -219,9 +219,11 @@ class Propagator:
         tensor carries two of them (a loop's carry and its scanned input, say); otherwise
         the op is a conflict."""
         by_factor: dict[int, tuple] = {}
-        for t, f, prefix in claims:
+        for _t, f, prefix in claims:
             if f in by_factor and by_factor[f] != prefix:
-                self.conflict(o, axis, claims, "tensors of the op are tiled on the axis after different axes")
+                self.conflict(
+                    o, axis, claims, "tensors of the op are tiled on the axis after different axes"
+                )
                 return []
             by_factor[f] = prefix
         if len(by_factor) > 1:
@@ -231,7 +233,10 @@ class Propagator:
                 for g in factors[i + 1 :]:
                     if carriers[f] & carriers[g]:
                         self.conflict(
-                            o, axis, claims, "tensors of the op are tiled on the axis along different factors"
+                            o,
+                            axis,
+                            claims,
+                            "tensors of the op are tiled on the axis along different factors",
                         )
                         return []
         written = []

@@ -135,7 +135,6 @@ def moves(cur: Sharding, dst: Sharding, mesh: Mesh):
 
 def _greedy(src: Sharding, dst: Sharding, mesh: Mesh) -> list[Step] | None:
     """Reductions, then slices and all-to-alls into place, then gathers; None if it gets stuck."""
-    size = mesh.shape
     cur, steps = src, []
     dst_partial = dict(dst.partial)
 
