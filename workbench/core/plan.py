@@ -116,7 +116,7 @@ class _OpLayout:
                     have = self.fa.get(f, ())
                     if axis in have:
                         continue
-                    if f in m.blocked or have != prefix or axis in self.assigned():
+                    if f in m.blocked or have != prefix:
                         break
                     self.fa[f] = (*have, axis)
 

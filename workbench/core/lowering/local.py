@@ -46,12 +46,12 @@ def local_params(op, params: dict, ins: list[Sharding], outs: list[Sharding], me
     elif prim == "slice":
         g, loc = ins[0].shape, in_local[0]
         params["limit_indices"] = tuple(
-            lim if n == m else m for lim, n, m in zip(params["limit_indices"], g, loc)
+            m if lim == n else lim for lim, n, m in zip(params["limit_indices"], g, loc)
         )
     elif prim == "gather":
         g, loc = ins[0].shape, in_local[0]
         params["slice_sizes"] = tuple(
-            s if n == m else m for s, n, m in zip(params["slice_sizes"], g, loc)
+            m if s == n else s for s, n, m in zip(params["slice_sizes"], g, loc)
         )
     elif prim == "conv_general_dilated" and params.get("feature_group_count", 1) > 1:
         dn = params["dimension_numbers"]

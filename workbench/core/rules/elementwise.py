@@ -13,15 +13,21 @@ from workbench.core.rules.registry import register
 
 
 def pointwise(operands, results, **kwargs) -> FactorMapping:
-    """The shared builder: one factor per result dimension, shared by all full-rank tensors."""
+    """The shared builder: one factor per result dimension, shared by all full-rank tensors.
+
+    A size-1 operand dimension facing a larger result dimension is broadcast (lax binary
+    ops allow that): it carries no factor.
+    """
     shape = results[0].shape
     b = MappingBuilder()
     dims = b.dims_for(shape)
     for t in operands:
         if t.rank == len(shape):
-            if tuple(t.shape) != tuple(shape):
-                raise ValueError(f"operand shape {t.shape} differs from result shape {shape}")
-            b.operand(dims)
+            if any(n != m and n != 1 for n, m in zip(t.shape, shape)):
+                raise ValueError(
+                    f"operand shape {t.shape} does not broadcast to result shape {shape}"
+                )
+            b.operand([f if n == m else () for f, n, m in zip(dims, t.shape, shape)])
         elif t.rank == 0:
             b.operand(())
         else:
