@@ -198,6 +198,13 @@ def plan_op(program, mesh: Mesh, state: State, op, ix: OpIndex) -> tuple:
         elif (group := lay.passing(axis, kind)) is not None:
             passed.append((axis, kind))
             pass_groups[axis] = group
+    links = []  # (operand, result, axis, kind): pending reductions a loop stacks into its outputs
+    for t, r in m.links:
+        vin, vout = ix.tensors[t], ix.tensors[ix.n_in + r]
+        if vin >= 0:
+            for axis, kind in state.shardings[vout].partial:
+                if state.shardings[vin].reduction_of(axis) == kind:
+                    links.append((t, r, axis, kind))
     for axis in mesh.names:  # operands tiled on a contracting factor: contract, then reduce after
         free = axis not in lay.assigned() and not any(a == axis for a, _ in contracted + passed)
         if free and lay.contraction(axis, None):
@@ -211,6 +218,7 @@ def plan_op(program, mesh: Mesh, state: State, op, ix: OpIndex) -> tuple:
             operands.append(None)
             continue
         partial = [(a, k) for a, k in passed if t in pass_groups[a]]
+        partial += [(a, k) for lt, _, a, k in links if lt == t]
         for axis, _kind in contracted:
             (f,) = [f for f, axes in lay.fa.items() if axis in axes]
             if t not in carriers[f] and any(t in g and carriers[f] & set(g) for g in m.linear):
@@ -220,6 +228,7 @@ def plan_op(program, mesh: Mesh, state: State, op, ix: OpIndex) -> tuple:
     for j, v in enumerate(op.linked_results):
         t = ix.n_in + j
         partial = list(passed) if j < n_out else []
+        partial += [(a, k) for _, lr, a, k in links if lr == j]
         for axis, kind in contracted:
             (f,) = [f for f, axes in lay.fa.items() if axis in axes]
             if j < n_out and t not in carriers[f]:

@@ -4,7 +4,8 @@ Operands are the outer operands then every region's outputs; results are the out
 results then every region's inputs (see ``registry``). Each loop-carried value has one
 set of factors shared by its initial value, the body's input and output, and the final
 value, so a carry reaches a fixed point like any other value. The iteration dimension
-of scanned inputs and outputs is blocked. Pending sums do not cross region edges.
+of scanned inputs and outputs is blocked. Pending reductions do not cross region edges,
+except out of a scan through its stacked per-step outputs (stacking is linear).
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ class _Slots:
         self.operands: list = [None] * n_operands
         self.results: list = [None] * n_results
 
-    def build(self, b: MappingBuilder):
+    def build(self, b: MappingBuilder, **kwargs):
         for dims in self.operands:
             b.operand(dims)
         for dims in self.results:
             b.result(dims)
-        return b.build()
+        return b.build(**kwargs)
 
 
 @register("scan")
@@ -60,7 +61,8 @@ def _scan_rule(params, operands, results):
         inner = b.dims_for(outer.shape[1:])
         s.results[nk + i] = [(b.factor(outer.shape[0], blocked=True),), *inner]
         s.operands[body_out + nk + i] = inner
-    return s.build(b)
+    # stacking per-step outputs is linear: a pending sum leaves the loop with them
+    return s.build(b, links=tuple((body_out + nk + i, nk + i) for i in range(ny)))
 
 
 @register("while")
