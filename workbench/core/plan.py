@@ -120,18 +120,38 @@ class _OpLayout:
                         break
                     self.fa[f] = (*have, axis)
 
-    def contraction(self, axis: str, kind: str | None) -> bool:
-        """Split a contracting factor on ``axis`` if the operands agree on one."""
+    def contracting_claim(self, axis: str, kind: str | None):
+        """The contracting factor the operands agree to split on ``axis``, or None."""
         claims = {self.claim(t, axis) for t in range(self.ix.n_in)} - {None}
         if len(claims) != 1:
-            return False
+            return None
         ((f, prefix),) = claims
         if f not in self.m.contracting or self.fa.get(f, ()) != prefix:
-            return False
+            return None
         if kind is not None and kind != self.m.reduction:
-            return False
-        self.fa[f] = (*prefix, axis)
-        return True
+            return None
+        return f, prefix
+
+    def contraction(self, axis: str, kind: str | None) -> bool:
+        """Split a contracting factor on ``axis`` if the operands agree on one."""
+        claim = self.contracting_claim(axis, kind)
+        if claim is not None:
+            self.fa[claim[0]] = (*claim[1], axis)
+        return claim is not None
+
+    def cheaper_to_contract(self, axis: str, mesh: Mesh) -> bool:
+        """Contract locally and all-reduce the results, or gather the tiled operands first?"""
+        sh, ix = self.state.shardings, self.ix
+        gather = sum(
+            sh[v].local_nbytes(mesh) * self.size[axis]
+            for v in ix.tensors[: ix.n_in]
+            if v >= 0 and sh[v].dim_of(axis) is not None
+        )
+        reduce = sum(
+            2 * sh[v].local_nbytes(mesh)
+            for v in ix.tensors[ix.n_in : ix.n_in + len(self.op.results)]
+        )
+        return reduce < gather
 
     def passing(self, axis: str, kind: str) -> tuple[int, ...] | None:
         """The operands a pending ``kind`` over ``axis`` passes through, if the op allows it."""
@@ -205,9 +225,12 @@ def plan_op(program, mesh: Mesh, state: State, op, ix: OpIndex) -> tuple:
             for axis, kind in state.shardings[vout].partial:
                 if state.shardings[vin].reduction_of(axis) == kind:
                     links.append((t, r, axis, kind))
-    for axis in mesh.names:  # operands tiled on a contracting factor: contract, then reduce after
+    for (
+        axis
+    ) in mesh.names:  # operands tiled on a contracting factor: contract then reduce, or gather
         free = axis not in lay.assigned() and not any(a == axis for a, _ in contracted + passed)
-        if free and lay.contraction(axis, None):
+        if free and lay.contracting_claim(axis, None) and lay.cheaper_to_contract(axis, mesh):
+            lay.contraction(axis, None)
             contracted.append((axis, m.reduction))
     lay.expressible()
     contracted = [(a, k) for a, k in contracted if a in lay.assigned()]

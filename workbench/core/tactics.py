@@ -2,7 +2,8 @@
 
 ``Tile(selector, dim, axis)`` tiles a dimension of the selected values over an axis;
 ``Replicate(selector, axis)`` keeps them whole on it; ``Atomic(selector, axis)`` freezes
-them on it, so propagation never crosses them. Composite tactics (named strategies,
+them on it, so propagation never crosses them (a later ``Tile`` may still tile them: an
+explicit decision, which then does not spread). Composite tactics (named strategies,
 search) expand into these. Applying a tactic validates everything before it writes
 anything, so a failed tactic leaves no trace.
 """
@@ -105,10 +106,9 @@ class Tile(Tactic):
                     "and a later tactic never overrides an earlier one. Tile over another axis, "
                     "or undo the earlier tactic."
                 )
-            if self.axis in s.replicated or self.axis in s.atomic:
-                pinned = "replicated" if self.axis in s.replicated else "atomic"
+            if self.axis in s.replicated:
                 raise TacticError(
-                    f"{self}: {v.name} was made {pinned} on axis {self.axis!r} by an earlier tactic; "
+                    f"{self}: {v.name} was made replicated on axis {self.axis!r} by an earlier tactic; "
                     "undo that tactic or tile over another axis."
                 )
             already = s.shards(d, mesh)
