@@ -78,7 +78,10 @@ def test_a_conflict_is_recorded_and_nothing_is_guessed():
     assert conflict.op == "dot_general.0" and conflict.axis == "model"
     assert {value for value, _, _ in conflict.claims} == {"x", "w", "out"}
     tactics = {tactic for _, _, tactic in conflict.claims}
-    assert tactics == {"tactic #0 Tile('x', dim=0, axis='model')", "tactic #1 Tile('w', dim=1, axis='model')"}
+    assert tactics == {
+        "tactic #0 Tile('x', dim=0, axis='model')",
+        "tactic #1 Tile('w', dim=1, axis='model')",
+    }
     assert "conflict at dot_general.0 on axis 'model'" in str(conflict)
 
 
@@ -113,7 +116,9 @@ def test_one_axis_opens_the_way_for_another_across_a_merged_dimension():
         return jnp.tanh(x).reshape(2, 16, 4)
 
     s = session(f, sds(32, 4))
-    s.apply(wb.Tile("out", 1, "model"))  # the minor factor of x's merged dim: waits for the major one
+    s.apply(
+        wb.Tile("out", 1, "model")
+    )  # the minor factor of x's merged dim: waits for the major one
     assert str(s.sharding("x")) == "f32[32,4]"
     s.apply(wb.Tile("out", 0, "batch"))
     assert str(s.sharding("x")) == "f32[32@(batch,model),4]"
@@ -133,7 +138,9 @@ def test_scan_carries_and_loop_constants_reach_a_fixed_point():
     assert str(out["xs"]) == "f32[5,8@batch,16]"  # the scanned input, per step
     assert str(out["out/1"]) == "f32[5,8@batch]"  # the stacked per-step output
     body = [n for n in out if n.startswith("scan.0/")]
-    assert body and all("@batch" in str(out[n]) for n in body if out[n].rank >= 1 and "const[" not in n)
+    assert body and all(
+        "@batch" in str(out[n]) for n in body if out[n].rank >= 1 and "const[" not in n
+    )
     assert str(out["scan.0/const[w]"]) == "f32[16,16]"
 
 
@@ -204,8 +211,12 @@ def test_the_decision_order_replays_the_propagation():
 
 def test_an_unknown_primitive_warns_once_and_is_a_barrier():
     def f(x):
-        y = jax.pure_callback(lambda a: np.asarray(a) * 2, jax.ShapeDtypeStruct((8, 4), jnp.float32), x)
-        z = jax.pure_callback(lambda a: np.asarray(a) * 3, jax.ShapeDtypeStruct((8, 4), jnp.float32), y)
+        y = jax.pure_callback(
+            lambda a: np.asarray(a) * 2, jax.ShapeDtypeStruct((8, 4), jnp.float32), x
+        )
+        z = jax.pure_callback(
+            lambda a: np.asarray(a) * 3, jax.ShapeDtypeStruct((8, 4), jnp.float32), y
+        )
         return jnp.sin(z)
 
     with warnings.catch_warnings(record=True) as caught:
@@ -215,4 +226,8 @@ def test_an_unknown_primitive_warns_once_and_is_a_barrier():
     messages = [str(w.message) for w in caught if "no sharding rule" in str(w.message)]
     assert len(messages) <= 1  # once per process: an earlier test may have warned already
     assert str(s.sharding("out")) == "f32[8,4]"
-    assert all(m.barrier for op, m in zip(s.program.ops, s.program.mappings) if op.primitive == "pure_callback")
+    assert all(
+        m.barrier
+        for op, m in zip(s.program.ops, s.program.mappings)
+        if op.primitive == "pure_callback"
+    )

@@ -104,13 +104,19 @@ BAD_TACTICS = [
     (wb.Tile("params/w**", 1, "model"), SelectorError, r"'\*\*' must be a whole path segment"),
     (wb.Tile("params/{w_in", 1, "model"), SelectorError, r"unbalanced '\{'"),
     (wb.Tile("", 1, "model"), SelectorError, r"selector '' is empty"),
-    (wb.Tile(42, 1, "model"), SelectorError, r"a selector must be a name pattern or a list of them; got int"),
+    (
+        wb.Tile(42, 1, "model"),
+        SelectorError,
+        r"a selector must be a name pattern or a list of them; got int",
+    ),
     (wb.Tile("params/w_in", 1.5, "model"), TacticError, r"dim must be an integer; got float 1.5"),
     ("Tile(params/w_in)", TacticError, r"expected a tactic such as Tile\(selector, dim, axis\)"),
 ]
 
 
-@pytest.mark.parametrize("tactic, error, message", BAD_TACTICS, ids=[str(t[0])[:40] for t in BAD_TACTICS])
+@pytest.mark.parametrize(
+    "tactic, error, message", BAD_TACTICS, ids=[str(t[0])[:40] for t in BAD_TACTICS]
+)
 def test_bad_tactics_raise_a_clear_error_and_change_nothing(s, tactic, error, message):
     s.apply(wb.Tile("x", 0, "batch"))
     s.undo()  # keep a redo stack around: it must survive the failed tactic too
@@ -146,7 +152,9 @@ def test_a_tactic_that_fails_halfway_through_its_values_leaves_no_trace(s):
 
 
 def test_unknown_value_names_suggest_close_ones(s):
-    with pytest.raises(UnknownValueError, match=r"no value named 'params/w_ou'; did you mean 'params/w_out'"):
+    with pytest.raises(
+        UnknownValueError, match=r"no value named 'params/w_ou'; did you mean 'params/w_out'"
+    ):
         s.sharding("params/w_ou")
     with pytest.raises(UnknownValueError):
         s.why("nothing/here")
@@ -156,7 +164,9 @@ def test_a_function_jax_cannot_trace_is_a_capture_error():
     def broken(x):
         return x.reshape(7, -1)  # 8*12 elements do not fit 7 rows
 
-    with pytest.raises(CaptureError, match=r"(?s)JAX could not trace broken\(x\): TypeError: .*functools\.partial"):
+    with pytest.raises(
+        CaptureError, match=r"(?s)JAX could not trace broken\(x\): TypeError: .*functools\.partial"
+    ):
         wb.capture(broken, sds(8, 10))
     with pytest.raises(CaptureError, match="capture needs a function; got int"):
         wb.capture(3, sds(8, 10))
@@ -165,7 +175,9 @@ def test_a_function_jax_cannot_trace_is_a_capture_error():
 def test_bad_meshes():
     with pytest.raises(MeshError, match="a mesh needs at least one axis"):
         wb.Mesh({})
-    with pytest.raises(MeshError, match="mesh axis 'model' has size 0; a size must be a positive integer"):
+    with pytest.raises(
+        MeshError, match="mesh axis 'model' has size 0; a size must be a positive integer"
+    ):
         wb.Mesh({"batch": 2, "model": 0})
     with pytest.raises(MeshError, match="mesh axis name 'my axis' is not a valid identifier"):
         wb.Mesh({"my axis": 2})

@@ -58,7 +58,8 @@ class FactorMapping:
     linear: tuple[tuple[int, ...], ...] = ()
     structural: bool = False
     barrier: bool = False
-    links: tuple[tuple[int, int], ...] = ()  # (operand, result) pairs a pending reduction passes along
+    # (operand, result) pairs a pending reduction passes along (see the module doc)
+    links: tuple[tuple[int, int], ...] = ()
     _contracting: frozenset[int] = field(default=frozenset(), compare=False, repr=False)
 
     def __post_init__(self):
