@@ -66,7 +66,7 @@ def test_diff_between_any_two_steps(s):
     assert d.before == 1 and d.after == 2 and "x" in d.names and "params/w_in" not in d.names
     d02 = s.diff(0, 2)
     assert set(d.names) | set(s.diff(0, 1).names) == set(d02.names)
-    name, before, after = next(c for c in d02.changes if c[0] == "params/w_out")
+    _, before, after = next(c for c in d02.changes if c[0] == "params/w_out")
     assert str(before) == "f32[32,10]" and str(after) == "f32[32@model,10]"
     assert s.changed == sorted(s.changed, key=lambda n: s.program.value(n).id)
 

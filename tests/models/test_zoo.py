@@ -238,7 +238,10 @@ def test_configs_are_frozen():
         (lambda: build("transformer"), r"no model 'transformer'; choose one of 'mlp', 'lm'"),
         (lambda: build("lm", "medium"), r"has no preset 'medium'; choose one of 'tiny'"),
         (lambda: build("lm", n_layer=3), r"has no field 'n_layer'; its fields are batch"),
-        (lambda: build("lm", mlp.Config()), r"expected a preset name or a workbench.models.lm.Config"),
+        (
+            lambda: build("lm", mlp.Config()),
+            r"expected a preset name or a workbench.models.lm.Config",
+        ),
         (lambda: lm.Config(n_layers=0), r"n_layers must be a positive int; got 0"),
         (lambda: cnn.Config(channels=()), r"channels must be a non-empty tuple"),
     ],

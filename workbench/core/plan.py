@@ -153,6 +153,38 @@ class _OpLayout:
         )
         return reduce < gather
 
+    def scatter_into_contraction(self, axis: str, mesh: Mesh) -> int | None:
+        """A contracting factor to reduce-scatter a pending-sum operand onto, when that beats
+        reducing it whole: the op then contracts locally and leaves its result pending."""
+        sh, ix, m = self.state.shardings, self.ix, self.m
+        pending = [
+            t
+            for t in range(ix.n_in)
+            if ix.tensors[t] >= 0 and sh[ix.tensors[t]].reduction_of(axis) == "sum"
+        ]
+        if len(pending) != 1 or any(
+            ix.tensors[t] >= 0 and sh[ix.tensors[t]].dim_of(axis) is not None
+            for t in range(ix.n_in)
+        ):
+            return None
+        (t,) = pending
+        if not any(t in group and len(group) == 1 for group in m.linear):
+            return None
+        operand = sh[ix.tensors[t]]
+        for d, factors in enumerate(ix.dims[t]):
+            for f in factors[:1]:
+                if f in m.contracting and not self.fa.get(f) and m.sizes[f] % self.size[axis] == 0:
+                    if operand.shape[d] % (operand.shards(d, mesh) * self.size[axis]):
+                        continue
+                    whole = 2 * operand.local_nbytes(mesh)
+                    results = ix.tensors[ix.n_in : ix.n_in + len(self.op.results)]
+                    scattered = operand.local_nbytes(mesh) + sum(
+                        2 * sh[v].local_nbytes(mesh) for v in results
+                    )
+                    if scattered < whole:
+                        return f
+        return None
+
     def passing(self, axis: str, kind: str) -> tuple[int, ...] | None:
         """The operands a pending ``kind`` over ``axis`` passes through, if the op allows it."""
         ix, m = self.ix, self.m
@@ -232,6 +264,17 @@ def plan_op(program, mesh: Mesh, state: State, op, ix: OpIndex) -> tuple:
         if free and lay.contracting_claim(axis, None) and lay.cheaper_to_contract(axis, mesh):
             lay.contraction(axis, None)
             contracted.append((axis, m.reduction))
+    for (
+        axis
+    ) in mesh.names:  # a pending sum entering a contraction: reduce-scatter it onto the factor
+        free = axis not in lay.assigned() and not any(a == axis for a, _ in contracted + passed)
+        if (
+            free
+            and m.reduction == "sum"
+            and (f := lay.scatter_into_contraction(axis, mesh)) is not None
+        ):
+            lay.fa[f] = (axis,)
+            contracted.append((axis, "sum"))
     lay.expressible()
     contracted = [(a, k) for a, k in contracted if a in lay.assigned()]
     carriers = {f: {t for t, _ in ix.where.get(f, ())} for f in ix.where}

@@ -251,15 +251,32 @@ class MQ(Tactic):
         ]
 
 
+def scope_boundary(program, inside: tuple[str, ...]) -> list[int]:
+    """Activations crossing into or out of ops whose scope names one of ``inside``."""
+
+    def within(op_id) -> bool:
+        return op_id is not None and bool(set(program.ops[op_id].scope) & set(inside))
+
+    out = set()
+    for op in program.ops:
+        for v in op.operands:
+            crossing = isinstance(v, int) and program.values[v].kind == "intermediate"
+            if crossing and within(op.id) != within(program.values[v].producer):
+                out.add(v)
+    return sorted(out)
+
+
 @dataclass(frozen=True, slots=True)
 class SP(Tactic):
-    """Sequence parallelism outside attention and MLP: the residual stream and the layer-norm
-    outputs tiled on the sequence dim over ``axis``; the block inputs are atomic, so each
-    block gathers its input and the sum it returns is reduce-scattered back."""
+    """Sequence parallelism outside attention and MLP: the residual stream and layer-norm
+    outputs tiled on the sequence dim over ``axis``. Every activation crossing into or out of
+    the ``inside`` scopes (forward and backward) is atomic on the axis, so each block gathers
+    its input and the sum it returns is reduce-scattered back onto the stream; those entering
+    a block are tiled like the stream (in the backward pass, the cotangents)."""
 
     axis: str
     stream: str = "**/{resid_in,resid_mid,attn_in,mlp_in}"
-    block_inputs: str = "**/{attn_in,mlp_in}"
+    inside: tuple[str, ...] = ("attn", "mlp")
     dim: int = 1
 
     def __str__(self) -> str:
@@ -269,9 +286,19 @@ class SP(Tactic):
         if not _matches(program, self.stream):
             raise TacticError(
                 f"{self}: {self.stream!r} matches no value of {program.name}; tag your residual "
-                "stream and block inputs with workbench.tag and pass stream=/block_inputs=."
+                "stream and block inputs with workbench.tag and pass stream=."
             )
-        out = [Tile(self.stream, self.dim, self.axis)]
-        if _matches(program, self.block_inputs):
-            out.append(Atomic(self.block_inputs, self.axis))
-        return out
+        boundary = scope_boundary(program, self.inside)
+        out = [Atomic(_names(program, boundary), self.axis)] if boundary else []
+        # what leaves the stream for a block (in the backward pass too) is tiled like the stream
+        shapes = {program.values[v].shape for v in _matches(program, self.stream)}
+        inside = set(self.inside)
+        entering = [
+            v
+            for v in boundary
+            if program.values[v].shape in shapes
+            and not set(program.ops[program.values[v].producer].scope) & inside
+            and not state.shardings[v].uses(self.axis)
+        ]
+        selector = [self.stream, *_names(program, entering)]
+        return [*out, Tile(selector, self.dim, self.axis)]

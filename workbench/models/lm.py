@@ -1,0 +1,235 @@
+"""A GPT-style decoder language model and its Adam training step.
+
+Two layouts of the same model, one ``train_step`` for both: ``init`` makes a Python list
+of layers, run unrolled (``params/layers/0/attn/wq``); ``init_scan`` stacks them into one
+dict of arrays with a leading layer dimension, run under ``jax.lax.scan``
+(``params/layers/attn/wq``). Both draw the same numbers, so give the same loss.
+
+Shapes (D=d_model, H=n_heads, K=d_head, F=d_ff, V=vocab): ``embed`` [V, D]; per layer
+``ln1``/``ln2`` ``scale``/``bias`` [D], ``attn/wq|wk|wv`` [D, H, K], ``attn/wo`` [H, K, D],
+``mlp/w_in`` [D, F], ``mlp/w_out`` [F, D]; ``ln_f`` [D]; ``unembed`` [D, V].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+import workbench as wb
+from workbench.models._common import Presets, dense, softmax_cross_entropy
+
+
+@dataclass(frozen=True, slots=True)
+class Config(Presets):
+    """Sizes of the model and its batch. Defaults are the "tiny" preset (shardable on a 2x4 mesh)."""
+
+    batch: int = 8
+    seq_len: int = 16
+    d_model: int = 32
+    n_heads: int = 4
+    d_head: int = 8
+    d_ff: int = 64
+    vocab: int = 64
+    n_layers: int = 2
+    dtype: str = "float32"
+
+    PRESETS: ClassVar = {
+        "tiny": {},
+        "small": dict(batch=8, seq_len=64, d_model=128, n_heads=4, d_head=32, d_ff=512, vocab=1024, n_layers=4),
+        "large": dict(batch=16, seq_len=256, d_model=512, n_heads=8, d_head=64, d_ff=2048, vocab=8192, n_layers=8),
+        # ~60 B parameters: plan it from shapes only (build(..., abstract=True)).
+        "huge": dict(batch=64, seq_len=4096, d_model=8192, n_heads=64, d_head=128, d_ff=28672, vocab=32000, n_layers=80, dtype="bfloat16"),
+    }  # fmt: skip
+
+    def __post_init__(self):
+        self._check_positive(
+            "batch", "seq_len", "d_model", "n_heads", "d_head", "d_ff", "vocab", "n_layers"
+        )
+
+    @property
+    def n_params(self) -> int:
+        d, hk = self.d_model, self.n_heads * self.d_head
+        per_layer = 4 * d + 4 * d * hk + 2 * d * self.d_ff
+        return 2 * self.vocab * d + 2 * d + self.n_layers * per_layer
+
+
+class StepOutput(NamedTuple):
+    """Outputs are named ``out/params/...``, ``out/opt_state/...`` and ``out/loss``."""
+
+    params: Any
+    opt_state: Any
+    loss: jax.Array
+
+
+# -- parameters ---------------------------------------------------------------------------
+
+
+def _norm(config: Config) -> dict:
+    return {
+        "scale": jnp.ones((config.d_model,), config.dtype),
+        "bias": jnp.zeros((config.d_model,), config.dtype),
+    }
+
+
+def _init_layer(config: Config, key: jax.Array) -> dict:
+    D, H, K, F, dt = config.d_model, config.n_heads, config.d_head, config.d_ff, config.dtype
+    kq, kk, kv, ko, ki, kf = jax.random.split(key, 6)
+    return {
+        "ln1": _norm(config),
+        "attn": {
+            "wq": dense(kq, (D, H, K), D, dt),
+            "wk": dense(kk, (D, H, K), D, dt),
+            "wv": dense(kv, (D, H, K), D, dt),
+            "wo": dense(ko, (H, K, D), H * K, dt),
+        },
+        "ln2": _norm(config),
+        "mlp": {"w_in": dense(ki, (D, F), D, dt), "w_out": dense(kf, (F, D), F, dt)},
+    }
+
+
+def init_params(config: Config, key: jax.Array, *, stacked: bool = False) -> dict:
+    """Parameters; ``stacked`` puts the layers in one dict of [L, ...] arrays (for scan)."""
+    k_embed, k_unembed, k_layers = jax.random.split(key, 3)
+    layers = [_init_layer(config, k) for k in jax.random.split(k_layers, config.n_layers)]
+    if stacked:
+        layers = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
+    D, V = config.d_model, config.vocab
+    return {
+        "embed": dense(k_embed, (V, D), D, config.dtype),
+        "layers": layers,
+        "ln_f": _norm(config),
+        "unembed": dense(k_unembed, (D, V), D, config.dtype),
+    }
+
+
+def init_opt_state(params: Any) -> dict:
+    """Adam state: first and second moments shaped like ``params``, and a step counter."""
+    return {
+        "m": jax.tree.map(jnp.zeros_like, params),
+        "v": jax.tree.map(jnp.zeros_like, params),
+        "step": jnp.zeros((), jnp.int32),
+    }
+
+
+def init_batch(config: Config, key: jax.Array) -> dict:
+    """Random token sequences; the targets are the tokens shifted by one."""
+    seq = jax.random.randint(key, (config.batch, config.seq_len + 1), 0, config.vocab, jnp.int32)
+    return {"tokens": seq[:, :-1], "targets": seq[:, 1:]}
+
+
+def init(config: Config, key: jax.Array, *, stacked: bool = False) -> tuple[dict, dict, dict]:
+    """``(params, opt_state, batch)`` for ``train_step`` (``stacked=True``: ``train_step_scan``)."""
+    k_params, k_batch = jax.random.split(key)
+    params = init_params(config, k_params, stacked=stacked)
+    return params, init_opt_state(params), init_batch(config, k_batch)
+
+
+def init_scan(config: Config, key: jax.Array) -> tuple[dict, dict, dict]:
+    """``init`` with stacked layers, for ``train_step_scan``."""
+    return init(config, key, stacked=True)
+
+
+# -- forward ------------------------------------------------------------------------------
+
+
+def layer_norm(p: dict, x: jax.Array, eps: float = 1e-5) -> jax.Array:
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + eps) * p["scale"] + p["bias"]
+
+
+def attention(p: dict, x: jax.Array) -> jax.Array:
+    """Causal multi-head self-attention."""
+    q = jnp.einsum("bsd,dhk->bshk", x, p["wq"])
+    k = jnp.einsum("bsd,dhk->bshk", x, p["wk"])
+    v = jnp.einsum("bsd,dhk->bshk", x, p["wv"])
+    scores = jnp.einsum("bqhk,bshk->bhqs", q, k) * (q.shape[-1] ** -0.5)
+    seq = x.shape[1]
+    causal = jnp.tril(jnp.ones((seq, seq), dtype=bool))
+    probs = jax.nn.softmax(jnp.where(causal, scores, -1e9), axis=-1)
+    heads = wb.tag(jnp.einsum("bhqs,bshk->bqhk", probs, v), "heads")
+    return jnp.einsum("bshk,hkd->bsd", heads, p["wo"])
+
+
+def mlp(p: dict, x: jax.Array) -> jax.Array:
+    hidden = wb.tag(jax.nn.gelu(x @ p["w_in"]), "hidden")
+    return hidden @ p["w_out"]
+
+
+def block(p: dict, x: jax.Array) -> jax.Array:
+    """One pre-LayerNorm transformer block. The residual stream and the block inputs are
+    tagged (``resid_in``, ``attn_in``, ``resid_mid``, ``mlp_in``) for sequence parallelism."""
+    x = wb.tag(x, "resid_in")
+    with jax.named_scope("ln1"):
+        h = wb.tag(layer_norm(p["ln1"], x), "attn_in")
+    with jax.named_scope("attn"):
+        a = attention(p["attn"], h)
+    x = wb.tag(x + a, "resid_mid")
+    with jax.named_scope("ln2"):
+        h = wb.tag(layer_norm(p["ln2"], x), "mlp_in")
+    with jax.named_scope("mlp"):
+        m = mlp(p["mlp"], h)
+    return x + m
+
+
+def _unrolled(layers: list, x: jax.Array) -> jax.Array:
+    for i, p in enumerate(layers):
+        with jax.named_scope(f"layer{i}"):
+            x = block(p, x)
+    return x
+
+
+def _scanned(layers: dict, x: jax.Array) -> jax.Array:
+    with jax.named_scope("layers"):
+        x, _ = jax.lax.scan(lambda h, p: (block(p, h), None), x, layers)
+    return x
+
+
+def loss_fn(params: dict, batch: dict) -> jax.Array:
+    """Next-token cross-entropy. Stacked layers (a dict) run under scan, a list unrolled."""
+    with jax.named_scope("embed"):
+        x = params["embed"][batch["tokens"]]
+    run = _unrolled if isinstance(params["layers"], list | tuple) else _scanned
+    x = run(params["layers"], x)
+    with jax.named_scope("ln_f"):
+        x = layer_norm(params["ln_f"], x)
+    with jax.named_scope("loss"):
+        logits = wb.tag(jnp.einsum("bsd,dv->bsv", x, params["unembed"]), "logits")
+        return softmax_cross_entropy(logits, batch["targets"])
+
+
+# -- training step ------------------------------------------------------------------------
+
+
+def adam(params, grads, opt_state, *, learning_rate, b1=0.9, b2=0.999, eps=1e-8):
+    """Bias-corrected Adam, under the "optimizer" scope. Returns ``(params, opt_state)``."""
+    with jax.named_scope("optimizer"):
+        step = opt_state["step"] + 1
+        t = step.astype(jnp.float32)
+        c1, c2 = 1 - b1**t, 1 - b2**t
+        m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, opt_state["m"], grads)
+        v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * jnp.square(g), opt_state["v"], grads)
+
+        def update(p, m, v):
+            delta = learning_rate * (m / c1) / (jnp.sqrt(v / c2) + eps)
+            return p - delta.astype(p.dtype)
+
+        params = jax.tree.map(update, params, m, v)
+        return params, {"m": m, "v": v, "step": step}
+
+
+def train_step(
+    params: dict, opt_state: dict, batch: dict, *, learning_rate: float = 3e-3
+) -> StepOutput:
+    """One Adam step on next-token cross-entropy; gradients are tagged ``grads/<param path>``.
+
+    Unrolled or scanned follows the parameters: a list of layers (``init``) or stacked
+    layers (``init_scan``).
+    """
+    loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+    grads = wb.tag(grads, "grads")
+    params, opt_state = adam(params, grads, opt_state, learning_rate=learning_rate)
+    return StepOutput(params, opt_state, loss)
