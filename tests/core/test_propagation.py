@@ -231,3 +231,21 @@ def test_an_unknown_primitive_warns_once_and_is_a_barrier():
         for op, m in zip(s.program.ops, s.program.mappings)
         if op.primitive == "pure_callback"
     )
+
+
+def test_a_contraction_and_a_result_factor_on_one_axis_conflict():
+    # rows of a table tiled, and then the lookups too: the gather cannot both leave a pending
+    # sum (from the table) and tile its result (from the indices); the first decision stays
+    def f(table, idx):
+        return table[idx]
+
+    s = session(f, sds(16, 8), sds(32, dtype=jnp.int32))
+    s.apply(wb.Tile("table", 0, "batch"))
+    assert str(s.sharding("out")) == "f32[32,8]{sum: batch}" and not s.conflicts
+    s.apply(wb.Tile("idx", 0, "batch"))
+    (conflict,) = s.conflicts
+    assert conflict.op == "gather.0" and str(s.sharding("out")) == "f32[32,8]{sum: batch}"
+    assert {tactic for _, _, tactic in conflict.claims} == {
+        "tactic #0 Tile('table', dim=0, axis='batch')",
+        "tactic #1 Tile('idx', dim=0, axis='batch')",
+    }

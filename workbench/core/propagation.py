@@ -229,8 +229,12 @@ class Propagator:
                 )
                 return []
             by_factor[f] = prefix
-        if len(by_factor) > 1:
-            carriers = {f: {t for t, _ in ix.where.get(f, ())} for f in by_factor}
+        if len(by_factor) > 1:  # a contraction reaches every result: it makes them pending
+            results = set(range(ix.n_in, len(ix.tensors)))
+            carriers = {
+                f: {t for t, _ in ix.where.get(f, ())} | (results if f in ix.mapping.contracting else set())
+                for f in by_factor
+            }
             factors = list(carriers)
             for i, f in enumerate(factors):
                 for g in factors[i + 1 :]:

@@ -1,0 +1,69 @@
+"""Hold our collective plan against what XLA compiles for the same shardings."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import jax
+from jax.sharding import NamedSharding
+
+from workbench.core.collectives import KINDS
+from workbench.core.hlo import HloCollective, bytes_by_kind, normalize_cpu, parse_collectives
+from workbench.core.lowering.explicit import spec
+
+
+def compiled_text(session, lowering: str = "explicit", devices=None) -> str:
+    """The per-device HLO XLA compiles for one lowering of the session's current state."""
+    fn, jmesh = session.lower(lowering, devices=devices)
+    args = [
+        jax.ShapeDtypeStruct(
+            v.shape, v.dtype, sharding=NamedSharding(jmesh, spec(session.state.shardings[v.id]))
+        )
+        for v in session.program.input_values
+    ]
+    return fn.lower(*args).compile().as_text()
+
+
+def compiled_collectives(session, lowering: str = "explicit", devices=None) -> list[HloCollective]:
+    """The collectives in that HLO, with CPU's all-reduce + dynamic-slice read as reduce-scatter."""
+    text = compiled_text(session, lowering, devices)
+    return normalize_cpu(parse_collectives(text, session.mesh.axes), text)
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    """Ours and XLA's collectives for one state: bytes per device per kind, and what differs.
+
+    Collectives inside loop bodies count once on both sides (as the HLO lists them)."""
+
+    ours: dict[str, int]
+    xla: dict[str, int]
+    only_ours: Counter  # (kind, bytes) our plan has and the HLO lacks
+    only_xla: Counter
+
+    @property
+    def identical(self) -> bool:
+        return not self.only_ours and not self.only_xla
+
+    def __str__(self) -> str:
+        rows = [f"{k:>20}: ours {self.ours[k]:>10} B  xla {self.xla[k]:>10} B" for k in KINDS]
+        verdict = (
+            "identical"
+            if self.identical
+            else f"differ: ours only {dict(self.only_ours)}, xla only {dict(self.only_xla)}"
+        )
+        return "\n".join([*rows, verdict])
+
+
+def compare(plan_collectives, hlo: list[HloCollective]) -> CrossCheck:
+    ours = Counter((c.kind, c.bytes) for c in plan_collectives)
+    theirs = Counter((c.kind, c.bytes) for c in hlo)
+    by_kind = dict.fromkeys(KINDS, 0)
+    for c in plan_collectives:
+        by_kind[c.kind] += c.bytes
+    return CrossCheck(by_kind, bytes_by_kind(hlo), ours - theirs, theirs - ours)
+
+
+def crosscheck(session, lowering: str = "explicit", devices=None) -> CrossCheck:
+    return compare(session.collectives(), compiled_collectives(session, lowering, devices))
