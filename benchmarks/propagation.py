@@ -10,7 +10,7 @@ shardings on 8 virtual CPU devices. Ratios are compile time over the time of one
 
 import argparse
 
-import _common  # noqa: F401  (sets up 8 virtual devices first)
+import _common
 import jax
 from jax.sharding import NamedSharding
 

@@ -9,7 +9,7 @@ import jax
 from jax.sharding import NamedSharding
 
 from workbench.core.collectives import KINDS
-from workbench.core.hlo import HloCollective, bytes_by_kind, normalize_cpu, parse_collectives
+from workbench.core.hlo import HloCollective, normalize_cpu, parse_collectives
 from workbench.core.lowering.explicit import spec
 
 
@@ -35,7 +35,8 @@ def compiled_collectives(session, lowering: str = "explicit", devices=None) -> l
 class CrossCheck:
     """Ours and XLA's collectives for one state: bytes per device per kind, and what differs.
 
-    Collectives inside loop bodies count once on both sides (as the HLO lists them)."""
+    Bytes are per device as executed: a collective inside a loop counts once per iteration
+    (our plan's ``count``; the HLO's loop trip counts)."""
 
     ours: dict[str, int]
     xla: dict[str, int]
@@ -56,13 +57,33 @@ class CrossCheck:
         return "\n".join([*rows, verdict])
 
 
+def executed_bytes(collectives) -> dict[str, int]:
+    """Per kind, bytes per device times the times each runs."""
+    out = dict.fromkeys(KINDS, 0)
+    for c in collectives:
+        out[c.kind] += c.bytes * c.count
+    return out
+
+
+def executed_wire_bytes(collectives, mesh) -> float:
+    """Bytes each device sends, as executed (ring algorithms; see ``redistribute.WIRE``)."""
+    from workbench.core.redistribute import wire_bytes
+
+    total = 0.0
+    for c in collectives:
+        n = 1
+        for axis in c.axes or mesh.names:
+            n *= mesh.axis_size(axis)
+        total += wire_bytes(c.kind, c.bytes, n) * c.count
+    return total
+
+
 def compare(plan_collectives, hlo: list[HloCollective]) -> CrossCheck:
-    ours = Counter((c.kind, c.bytes) for c in plan_collectives)
-    theirs = Counter((c.kind, c.bytes) for c in hlo)
-    by_kind = dict.fromkeys(KINDS, 0)
-    for c in plan_collectives:
-        by_kind[c.kind] += c.bytes
-    return CrossCheck(by_kind, bytes_by_kind(hlo), ours - theirs, theirs - ours)
+    ours = Counter((c.kind, c.bytes, c.count) for c in plan_collectives)
+    theirs = Counter((c.kind, c.bytes, c.count) for c in hlo)
+    return CrossCheck(
+        executed_bytes(plan_collectives), executed_bytes(hlo), ours - theirs, theirs - ours
+    )
 
 
 def crosscheck(session, lowering: str = "explicit", devices=None) -> CrossCheck:

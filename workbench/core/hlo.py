@@ -76,6 +76,7 @@ class HloCollective:
     line: int = 0  # 1-based line of the instruction in the text
     is_async: bool = False  # a -start form, or inside an async-start computation
     via_dynamic_slice: bool = False  # a reduce-scatter lowered as all-reduce + dynamic-slice
+    count: int = 1  # times it runs: the trip counts of the while loops around it, multiplied
 
 
 # ----------------------------------------------------------------------------- text
@@ -529,7 +530,42 @@ def parse_collectives(hlo_text: str, mesh_axes: Sequence[tuple[str, int]]) -> li
                 raise ValueError(
                     f"line {instr.line}: cannot read collective {instr.name!r}: {err}"
                 ) from err
+    counts = loop_counts(module)
+    found = [replace(c, count=counts.get(c.computation, 1)) for c in found]
     return sorted(found, key=lambda c: (c.line, c.index or 0))
+
+
+_TRIP_RE = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"(\d+)"')
+
+
+def loop_counts(module: _Module) -> dict[str, int]:
+    """How many times each computation runs per execution: a while body its known trip count
+    (1 when unknown) times what runs the loop; computations called otherwise inherit."""
+    calls: list[tuple[str, str, int]] = []  # (caller, callee, times per call)
+    for comp, instrs in module.computations.items():
+        for instr in instrs.values():
+            if instr.opcode == "while":
+                trip = _TRIP_RE.search(instr.attrs.get("backend_config", ""))
+                n = int(trip.group(1)) if trip else 1
+                calls.append((comp, instr.attrs.get("body", "").lstrip("%"), n))
+                calls.append((comp, instr.attrs.get("condition", "").lstrip("%"), n + 1))
+            for key in ("calls", "to_apply", "true_computation", "false_computation"):
+                if key in instr.attrs and instr.opcode != "while":
+                    for callee in re.findall(r"%?([\w.\-]+)", instr.attrs[key]):
+                        calls.append((comp, callee, 1))
+            if "branch_computations" in instr.attrs:
+                for callee in re.findall(r"%?([\w.\-]+)", instr.attrs["branch_computations"]):
+                    calls.append((comp, callee, 1))
+    counts = {comp: 1 for comp in module.computations}
+    for _ in range(len(module.computations)):  # nesting depth is small; iterate to a fixed point
+        changed = False
+        for caller, callee, n in calls:
+            if callee in counts and counts[callee] < counts.get(caller, 1) * n:
+                counts[callee] = counts.get(caller, 1) * n
+                changed = True
+        if not changed:
+            break
+    return counts
 
 
 # ------------------------------------------------------------------------------- CPU

@@ -25,6 +25,7 @@ from workbench.core.redistribute import (
     layout_key,
     peak_bytes,
     redistribute,
+    steps_wire_bytes,
 )
 from workbench.core.sharding import Sharding
 from workbench.core.state import State
@@ -120,6 +121,14 @@ class _OpLayout:
                         break
                     self.fa[f] = (*have, axis)
 
+    def claim_prefix(self, axis: str, f: int):
+        """The axes before ``axis`` on factor ``f`` in the operands that claim it."""
+        for t in range(self.ix.n_in):
+            claim = self.claim(t, axis)
+            if claim is not None and claim[0] == f:
+                return claim[1]
+        return None
+
     def contracting_claim(self, axis: str, kind: str | None):
         """The contracting factor the operands agree to split on ``axis``, or None."""
         claims = {self.claim(t, axis) for t in range(self.ix.n_in)} - {None}
@@ -139,20 +148,6 @@ class _OpLayout:
             self.fa[claim[0]] = (*claim[1], axis)
         return claim is not None
 
-    def cheaper_to_contract(self, axis: str, mesh: Mesh) -> bool:
-        """Contract locally and all-reduce the results, or gather the tiled operands first?"""
-        sh, ix = self.state.shardings, self.ix
-        gather = sum(
-            sh[v].local_nbytes(mesh) * self.size[axis]
-            for v in ix.tensors[: ix.n_in]
-            if v >= 0 and sh[v].dim_of(axis) is not None
-        )
-        reduce = sum(
-            2 * sh[v].local_nbytes(mesh)
-            for v in ix.tensors[ix.n_in : ix.n_in + len(self.op.results)]
-        )
-        return reduce < gather
-
     def scatter_into_contraction(self, axis: str, mesh: Mesh) -> int | None:
         """A contracting factor to reduce-scatter a pending-sum operand onto, when that beats
         reducing it whole: the op then contracts locally and leaves its result pending."""
@@ -170,6 +165,8 @@ class _OpLayout:
         (t,) = pending
         if not any(t in group and len(group) == 1 for group in m.linear):
             return None
+        if len(self.program.users[ix.tensors[t]]) != 1:
+            return None  # another use needs it whole anyway: reduce it once, slice for free
         operand = sh[ix.tensors[t]]
         for d, factors in enumerate(ix.dims[t]):
             for f in factors[:1]:
@@ -230,17 +227,36 @@ class _OpLayout:
         )
 
 
+_PLAN_CACHE: dict = {}
+
+
 def plan_op(program, mesh: Mesh, state: State, op, ix: OpIndex) -> tuple:
-    """(factor_axes, contracted, passed, operand layouts, result layouts) for one op."""
+    """(factor_axes, contracted, passed, operand layouts, result layouts) for one op.
+
+    Cached by the op's factor mapping and its tensors' shardings: the repeated layers of a
+    model are planned once.
+    """
+    tensors = tuple(state.shardings[v] if v >= 0 else None for v in ix.tensors)
+    key = (mesh, ix.mapping, tensors, len(op.results), bool(op.regions))
+    hit = _PLAN_CACHE.get(key)
+    if hit is None:
+        if len(_PLAN_CACHE) > 200_000:
+            _PLAN_CACHE.clear()
+        hit = _PLAN_CACHE[key] = _plan_op(program, mesh, state, op, ix)
+    return hit
+
+
+def _plan_op(program, mesh: Mesh, state: State, op, ix: OpIndex) -> tuple:
     lay = _OpLayout(program, mesh, state, op, ix)
     m = ix.mapping
+    sh = state.shardings
     lay.from_results()
     contracted: list[tuple[str, str]] = []
     passed: list[tuple[str, str]] = []
     pass_groups: dict[str, tuple[int, ...]] = {}
     n_out = len(op.results)
     result_partials = sorted(
-        {p for t in range(ix.n_in, ix.n_in + n_out) for p in state.shardings[ix.tensors[t]].partial}
+        {p for t in range(ix.n_in, ix.n_in + n_out) for p in sh[ix.tensors[t]].partial}
     )
     for axis, kind in result_partials:
         if axis in lay.assigned() or any(a == axis for a, _ in contracted + passed):
@@ -254,53 +270,106 @@ def plan_op(program, mesh: Mesh, state: State, op, ix: OpIndex) -> tuple:
     for t, r in m.links:
         vin, vout = ix.tensors[t], ix.tensors[ix.n_in + r]
         if vin >= 0:
-            for axis, kind in state.shardings[vout].partial:
-                if state.shardings[vin].reduction_of(axis) == kind:
+            for axis, kind in sh[vout].partial:
+                if sh[vin].reduction_of(axis) == kind:
                     links.append((t, r, axis, kind))
-    for (
-        axis
-    ) in mesh.names:  # operands tiled on a contracting factor: contract then reduce, or gather
-        free = axis not in lay.assigned() and not any(a == axis for a, _ in contracted + passed)
-        if free and lay.contracting_claim(axis, None) and lay.cheaper_to_contract(axis, mesh):
-            lay.contraction(axis, None)
-            contracted.append((axis, m.reduction))
-    for (
-        axis
-    ) in mesh.names:  # a pending sum entering a contraction: reduce-scatter it onto the factor
-        free = axis not in lay.assigned() and not any(a == axis for a, _ in contracted + passed)
-        if (
-            free
-            and m.reduction == "sum"
-            and (f := lay.scatter_into_contraction(axis, mesh)) is not None
-        ):
-            lay.fa[f] = (axis,)
-            contracted.append((axis, "sum"))
+    carriers = {f: {t for t, _ in ix.where.get(f, ())} for f in ix.where}
+
+    def layouts(fa, contracted):
+        """Operand layouts in and result layouts out, for factor axes ``fa``."""
+        lay.fa = fa
+
+        def factor_of(axis):
+            return next(f for f, axes in fa.items() if axis in axes)
+
+        operands = []
+        for t, v in enumerate(op.linked_operands):
+            if not isinstance(v, int):
+                operands.append(None)
+                continue
+            partial = [(a, k) for a, k in passed if t in pass_groups[a]]
+            partial += [(a, k) for lt, _, a, k in links if lt == t]
+            for axis, _kind in contracted:
+                f = factor_of(axis)
+                if t not in carriers[f] and any(t in g and carriers[f] & set(g) for g in m.linear):
+                    partial.append((axis, "sum"))  # joins a sum the op forms: contributes once
+            operands.append(_layout(sh[v], lay.dims_of(t), partial))
+        results = []
+        for j, v in enumerate(op.linked_results):
+            t = ix.n_in + j
+            partial = list(passed) if j < n_out else []
+            partial += [(a, k) for _, lr, a, k in links if lr == j]
+            for axis, kind in contracted:
+                if j < n_out and t not in carriers[factor_of(axis)]:
+                    partial.append((axis, kind))
+            results.append(_layout(sh[v], lay.dims_of(t), partial))
+        return operands, results
+
+    def cost(fa, contracted) -> float:
+        """Wire bytes to bring the operands in and take the results to their decided layouts."""
+        operands, results = layouts(fa, contracted)
+        total = 0.0
+        for v, need in zip(op.linked_operands, operands):
+            if need is not None:
+                total += steps_wire_bytes(redistribute(sh[v], need, mesh), mesh)
+        for v, made in zip(op.linked_results[:n_out], results[:n_out]):
+            total += steps_wire_bytes(redistribute(made, sh[v], mesh), mesh)
+        return total
+
+    def decided(axis) -> bool:
+        return any(a == axis for a, _ in contracted + passed)
+
+    # Where the state leaves the op a choice on an axis (an operand is tiled along a factor the
+    # results do not put the axis on), run it the way that moves the fewest bytes.
+    for axis in mesh.names:
+        if decided(axis) or m.barrier or op.regions:
+            continue
+        current = next((f for f, axes in lay.fa.items() if axis in axes), None)
+        if current is not None and lay.fa[current][-1] != axis:
+            continue  # a major axis of a factor split over several: moving it would reorder them
+        options = {current}
+        for t in range(ix.n_in):
+            claim = lay.claim(t, axis)
+            if claim is not None and claim[0] not in m.blocked and claim[0] != current:
+                options.add(claim[0])
+        if len(options) == 1:
+            continue
+        options.add(None)
+        best = None
+        baseline = dict(lay.fa)
+        for f in sorted(options, key=lambda f: (f != current, -1 if f is None else f)):
+            fa = {g: tuple(a for a in axes if a != axis) for g, axes in baseline.items()}
+            new_contracted = [(a, k) for a, k in contracted if a != axis]
+            if f == current:
+                fa, new_contracted = dict(baseline), list(contracted)
+            elif f is not None:
+                if fa.get(f, ()) != (lay.claim_prefix(axis, f) or ()):
+                    continue
+                fa[f] = (*fa.get(f, ()), axis)
+                if f in m.contracting:
+                    new_contracted.append((axis, m.reduction))
+            lay.fa = fa
+            lay.expressible()
+            fa = dict(lay.fa)
+            new_contracted = [
+                (a, k) for a, k in new_contracted if any(a in axes for axes in fa.values())
+            ]
+            c = cost(fa, new_contracted)
+            if best is None or c < best[0]:
+                best = (c, fa, new_contracted)
+        lay.fa, contracted = best[1], best[2]
+    # a pending sum entering a contraction, used only here: reduce-scatter it onto the factor
+    for axis in mesh.names:
+        if not decided(axis) and axis not in lay.assigned() and m.reduction == "sum":
+            f = lay.scatter_into_contraction(axis, mesh)
+            if f is not None:
+                lay.fa[f] = (axis,)
+                contracted.append((axis, "sum"))
     lay.expressible()
     contracted = [(a, k) for a, k in contracted if a in lay.assigned()]
-    carriers = {f: {t for t, _ in ix.where.get(f, ())} for f in ix.where}
-    operands = []
-    for t, v in enumerate(op.linked_operands):
-        if not isinstance(v, int):
-            operands.append(None)
-            continue
-        partial = [(a, k) for a, k in passed if t in pass_groups[a]]
-        partial += [(a, k) for lt, _, a, k in links if lt == t]
-        for axis, _kind in contracted:
-            (f,) = [f for f, axes in lay.fa.items() if axis in axes]
-            if t not in carriers[f] and any(t in g and carriers[f] & set(g) for g in m.linear):
-                partial.append((axis, "sum"))  # joins a sum the op forms: contributes once
-        operands.append(_layout(program.values[v].type_sharding(), lay.dims_of(t), partial))
-    results = []
-    for j, v in enumerate(op.linked_results):
-        t = ix.n_in + j
-        partial = list(passed) if j < n_out else []
-        partial += [(a, k) for _, lr, a, k in links if lr == j]
-        for axis, kind in contracted:
-            (f,) = [f for f, axes in lay.fa.items() if axis in axes]
-            if j < n_out and t not in carriers[f]:
-                partial.append((axis, kind))
-        results.append(_layout(program.values[v].type_sharding(), lay.dims_of(t), partial))
-    return dict(lay.fa), tuple(contracted), tuple(passed), tuple(operands), tuple(results)
+    fa = dict(lay.fa)
+    operands, results = layouts(fa, contracted)
+    return fa, tuple(contracted), tuple(passed), tuple(operands), tuple(results)
 
 
 class Planner:

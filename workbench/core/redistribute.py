@@ -293,5 +293,24 @@ def cost_bytes(steps) -> int:
     return sum(s.bytes for s in steps)
 
 
+#: Bytes each device sends per byte of a collective's ``bytes``, for a group of n (ring algorithms).
+WIRE = {
+    "all-gather": lambda n: (n - 1) / n,
+    "reduce-scatter": lambda n: (n - 1) / n,
+    "all-reduce": lambda n: 2 * (n - 1) / n,
+    "all-to-all": lambda n: (n - 1) / n,
+    "collective-permute": lambda n: 1.0,
+}
+
+
+def wire_bytes(kind: str, nbytes: float, n: int) -> float:
+    """Bytes each device sends for one collective over a group of ``n`` (0 for local steps)."""
+    return WIRE[kind](n) * nbytes if kind in WIRE and n > 1 else 0.0
+
+
+def steps_wire_bytes(steps, mesh: Mesh) -> float:
+    return sum(wire_bytes(s.kind, s.bytes, group_size(s, mesh)) for s in steps)
+
+
 def group_size(step: Step, mesh: Mesh) -> int:
     return math.prod(mesh.axis_size(a) for a in step.axes)

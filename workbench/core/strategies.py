@@ -47,6 +47,20 @@ def companions(program, param: int) -> list[int]:
     ]
 
 
+def loop_slices(program, param: int) -> list[tuple[int, int]]:
+    """``(region input, dims dropped)`` for each loop body input standing for ``param``: its
+    per-step slice (``x[...]``, one dim fewer) or the whole of it (``const[...]``)."""
+    v = program.values[param]
+    out = []
+    for u in program.values:
+        if u.kind == "region_input" and u.name.endswith(f"[{v.name}]"):
+            if u.shape == v.shape:
+                out.append((u.id, 0))
+            elif u.shape == v.shape[1:]:
+                out.append((u.id, 1))
+    return out
+
+
 def _shard_dim(shape, sharding, mesh, axis) -> int | None:
     """The largest dim the axis still divides (ties: the later dim), or None."""
     size = mesh.axis_size(axis)
@@ -166,6 +180,11 @@ def _sharded_like_params(tactic, program, mesh, state, *, params: bool):
         if d is None or not group:
             continue
         tiles.append(Tile(_names(program, group), d, tactic.axis))
+        if params:  # inside loops, each step's slice stays sharded too: gathered per step
+            for u, dropped in loop_slices(program, p):
+                if d >= dropped and not state.shardings[u].uses(tactic.axis):
+                    out.append(Atomic(program.values[u].name, tactic.axis))
+                    tiles.append(Tile(program.values[u].name, d - dropped, tactic.axis))
         if not params:  # ZeRO-2 keeps parameters whole: the sharded update is gathered back
             kept_whole += [u for u in related if program.values[u].name.startswith("out/params")]
     if kept_whole:
