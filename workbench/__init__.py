@@ -1,14 +1,29 @@
-"""workbench: plan, see and run the partitioning of JAX programs across accelerator meshes."""
+"""workbench: plan, see and run the partitioning of JAX programs across accelerator meshes.
+
+import workbench as wb
+program = wb.capture(train_step, params, opt_state, batch)
+s = wb.Session(program, wb.Mesh({"batch": 2, "model": 4}))
+s.apply(wb.BP("batch")); s.apply(wb.MP("model"))
+"""
 
 from workbench.core.capture import capture, tag
 from workbench.core.errors import WorkbenchError
 from workbench.core.mesh import Mesh
+from workbench.core.partition import partition
 from workbench.core.program import Program
 from workbench.core.session import Session
 from workbench.core.sharding import Sharding
+from workbench.core.strategies import BP, EMB, MP, MQ, SP, Z2, Z3
 from workbench.core.tactics import Atomic, Replicate, Tactic, Tile
 
 __all__ = [
+    "BP",
+    "EMB",
+    "MP",
+    "MQ",
+    "SP",
+    "Z2",
+    "Z3",
     "Atomic",
     "Mesh",
     "Program",
@@ -19,5 +34,6 @@ __all__ = [
     "Tile",
     "WorkbenchError",
     "capture",
+    "partition",
     "tag",
 ]

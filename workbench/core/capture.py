@@ -274,6 +274,21 @@ class _Builder:
         return Region(rname, tuple(inputs), outputs, tuple(op_ids))
 
 
+def bind_arguments(fn: Callable, args, kwargs) -> tuple[list[str], list]:
+    """Argument names and values, by ``fn``'s signature where it has a plain one."""
+    try:
+        sig = inspect.signature(fn)
+        bound = sig.bind(*args, **kwargs)
+        kinds = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        if any(sig.parameters[name].kind in kinds for name in bound.arguments):
+            raise TypeError
+        return list(bound.arguments), list(bound.arguments.values())
+    except (TypeError, ValueError):
+        return [f"arg{i}" for i in range(len(args))] + list(kwargs), list(args) + list(
+            kwargs.values()
+        )
+
+
 def capture(fn: Callable, *args, **kwargs) -> Program:
     """Trace ``fn(*args, **kwargs)`` into a Program.
 
@@ -282,20 +297,7 @@ def capture(fn: Callable, *args, **kwargs) -> Program:
     """
     if not callable(fn):
         raise CaptureError(f"capture needs a function; got {type(fn).__name__} {fn!r}.")
-    try:
-        sig = inspect.signature(fn)
-        bound = sig.bind(*args, **kwargs)
-        arg_names = list(bound.arguments)
-        arg_values = list(bound.arguments.values())
-        for pname in arg_names:
-            if sig.parameters[pname].kind in (
-                inspect.Parameter.VAR_POSITIONAL,
-                inspect.Parameter.VAR_KEYWORD,
-            ):
-                raise TypeError
-    except (TypeError, ValueError):
-        arg_names = [f"arg{i}" for i in range(len(args))] + list(kwargs)
-        arg_values = list(args) + list(kwargs.values())
+    arg_names, arg_values = bind_arguments(fn, args, kwargs)
 
     leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(tuple(arg_values))
     leaves = [leaf for _, leaf in leaves_with_paths]

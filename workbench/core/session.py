@@ -186,6 +186,32 @@ class Session:
 
         return run(self, lowering=lowering, args=args, repeats=repeats, devices=devices)
 
+    # -- export ---------------------------------------------------------------------------
+    def export_code(self) -> str:
+        """Python that rebuilds this session's schedule (``build(program)`` in the text)."""
+        from workbench.core.export import export_code
+
+        return export_code(self)
+
+    def export_jax(self) -> str:
+        """A standalone module of plain JAX applying these shardings (no workbench needed)."""
+        from workbench.core.export_jax import export_jax
+
+        return export_jax(self)
+
+    def save(self, path):
+        """Write the schedule as a JSON strategy file (data only)."""
+        from workbench.core.export import save
+
+        return save(self, path)
+
+    @classmethod
+    def load(cls, program: Program, path) -> Session:
+        """A session of ``program`` with the mesh and schedule a strategy file holds."""
+        from workbench.core.export import load
+
+        return load(program, path)
+
     def __repr__(self) -> str:
         lines = [
             f"Session({self.program.name!r}, {self.mesh}, step {self._cursor}/{len(self._states) - 1})"

@@ -1,0 +1,172 @@
+"""Exports: Python that rebuilds a session, plain JAX that needs no workbench, JSON strategies."""
+
+import json
+import types
+from collections import Counter
+from functools import cache
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import workbench as wb
+from tests.core.lowering.strategies import strategies
+from workbench.core.crosscheck import compiled_collectives
+from workbench.core.errors import WorkbenchError
+from workbench.core.hlo import normalize_cpu, parse_collectives
+from workbench.core.strategies import BP, MP, Z3
+from workbench.models import build
+
+MESH = wb.Mesh({"batch": 2, "model": 4})
+
+
+@cache
+def example(model):
+    ex = build(model, "tiny")
+    return ex, wb.capture(ex.fn, *ex.args)
+
+
+def rebuilt(code: str, program) -> wb.Session:
+    namespace: dict = {}
+    exec(compile(code, "<exported>", "exec"), namespace)
+    return namespace["build"](program)
+
+
+@pytest.mark.parametrize(
+    "model, strategy", [("lm", "BP+MP"), ("lm_scan", "BP+MP+Z3"), ("gnn", "BP+MP"), ("cnn", "Z3")]
+)
+def test_exported_code_rebuilds_an_identical_state(model, strategy):
+    _, program = example(model)
+    s = wb.Session(program, MESH, strategies(model)[strategy])
+    again = rebuilt(s.export_code(), program)
+    assert dict(again.state.shardings) == dict(s.state.shardings)
+    assert again.history == s.history
+
+
+def test_exported_code_is_readable():
+    _, program = example("lm")
+    s = wb.Session(program, MESH, [BP("batch"), MP("model"), wb.Tile("params/embed", 0, "model")])
+    code = s.export_code()
+    assert "SCHEDULE = [\n    BP(axis='batch'),\n    MP(axis='model'),\n" in code
+    assert "    Tile(selector='params/embed', dim=0, axis='model'),\n]" in code
+    assert "from workbench.core.strategies import BP, MP" in code
+
+
+def test_json_strategies_round_trip(tmp_path):
+    _, program = example("lm")
+    s = wb.Session(
+        program, MESH, [BP("batch"), Z3("batch"), wb.Tile(["params/**/mlp/w_in"], -1, "model")]
+    )
+    path = s.save(tmp_path / "strategy.json")
+    data = json.loads(path.read_text())
+    assert data["format"] == "workbench-strategy/1" and data["mesh"] == {"batch": 2, "model": 4}
+    assert data["schedule"][0] == {"tactic": "BP", "axis": "batch", "inputs": "batch/**", "dim": 0}
+    again = wb.Session.load(program, path)
+    assert dict(again.state.shardings) == dict(s.state.shardings)
+
+
+@pytest.mark.parametrize(
+    "schedule, message",
+    [
+        (
+            [{"tactic": "eval", "axis": "batch"}],
+            r"schedule\[0\] names tactic 'eval'; known tactics are",
+        ),
+        (
+            [{"tactic": "Tile", "selector": "x", "dim": 0, "axis": "batch", "code": "1"}],
+            r"has field 'code'",
+        ),
+        (
+            [{"tactic": "Tile", "selector": {"$": 1}, "dim": 0, "axis": "batch"}],
+            r"holds a dict; only strings",
+        ),
+        ([{"tactic": "Tile", "selector": "x"}], r"schedule\[0\] \(Tile\): .*missing"),
+    ],
+)
+def test_json_loading_takes_data_only(tmp_path, schedule, message):
+    path = tmp_path / "bad.json"
+    path.write_text(
+        json.dumps(
+            {
+                "format": "workbench-strategy/1",
+                "mesh": {"batch": 2, "model": 4},
+                "schedule": schedule,
+            }
+        )
+    )
+    _, program = example("mlp")
+    with pytest.raises(WorkbenchError, match=message):
+        wb.Session.load(program, path)
+    path.write_text("{not json")
+    with pytest.raises(WorkbenchError, match="cannot read strategy file"):
+        wb.Session.load(program, path)
+
+
+EVIL = "w'], dim=0, axis='batch')\nimport builtins; builtins.PWNED = True\n#\"\"\"\n"
+
+
+def test_value_names_cannot_inject_code_into_exports(tmp_path):
+    import builtins
+
+    def f(params, x):
+        return x @ params[EVIL]
+
+    program = wb.capture(f, {EVIL: jnp.ones((8, 4))}, jnp.ones((2, 8)))
+    s = wb.Session(program, MESH, [wb.Tile("params/" + EVIL, 0, "batch")])
+    again = rebuilt(s.export_code(), program)
+    assert dict(again.state.shardings) == dict(s.state.shardings)
+    module = types.ModuleType("exported")
+    exec(compile(s.export_jax(), "<exported>", "exec"), module.__dict__)
+    assert len(module.IN_SPECS) == 2
+    again = wb.Session.load(program, s.save(tmp_path / "evil.json"))
+    assert dict(again.state.shardings) == dict(s.state.shardings)
+    assert not hasattr(builtins, "PWNED")
+
+
+@pytest.mark.parametrize("model, strategy", [("lm", "BP+MP"), ("lm_scan", "BP+MP"), ("gnn", "BP")])
+def test_plain_jax_export_runs_and_compiles_to_the_same_collectives(model, strategy):
+    ex, program = example(model)
+    s = wb.Session(program, MESH, strategies(model)[strategy])
+    source = s.export_jax()
+    assert "workbench" not in source.split('"""', 2)[2].replace("exported by workbench", "")
+    module = types.ModuleType("exported")
+    exec(compile(source, "<exported>", "exec"), module.__dict__)
+    out = module.partitioned(ex.fn)(*ex.args)
+    for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(ex.fn(*ex.args))):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+    mesh = module.make_mesh()
+    closed = jax.make_jaxpr(ex.fn)(*ex.args)
+    jitted = jax.jit(
+        lambda *xs: module._evaluate(closed.jaxpr, closed.consts, xs, mesh, [0]),
+        in_shardings=[jax.sharding.NamedSharding(mesh, p) for p in module.IN_SPECS],
+        out_shardings=[jax.sharding.NamedSharding(mesh, p) for p in module.OUT_SPECS],
+    )
+    text = jitted.lower(*jax.tree.leaves(ex.args)).compile().as_text()
+    theirs = Counter(
+        (c.kind, c.bytes) for c in normalize_cpu(parse_collectives(text, MESH.axes), text)
+    )
+    ours = Counter((c.kind, c.bytes) for c in compiled_collectives(s, "constrained"))
+    assert theirs == ours
+
+
+def test_the_exported_mesh_says_how_many_devices_it_needs():
+    _, program = example("mlp")
+    module = types.ModuleType("exported")
+    exec(compile(wb.Session(program, MESH).export_jax(), "<exported>", "exec"), module.__dict__)
+    with pytest.raises(
+        ValueError, match=r"needs 8 devices \(\{'batch': 2, 'model': 4\}\); 1 are attached"
+    ):
+        module.make_mesh(jax.devices()[:1])
+
+
+def test_partition_returns_a_jitted_partitioned_function():
+    ex, _ = example("lm")
+    step = wb.partition(ex.fn, {"batch": 2, "model": 4}, [wb.BP("batch"), wb.MP("model")])
+    out = step(*ex.args)
+    for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(ex.fn(*ex.args))):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+    session = step.session(*ex.args)
+    assert str(session.sharding("params/layers/0/mlp/w_out")) == "f32[64@model,32]"
+    assert step.session(*ex.args) is session  # captured once per argument structure
+    assert type(out).__name__ == "StepOutput"

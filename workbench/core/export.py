@@ -1,0 +1,179 @@
+"""Export a session: Python that rebuilds its schedule, plain JAX that needs no workbench, and
+a JSON strategy file (data only; loading it never executes anything).
+
+Every string written into exported text goes through ``repr``, so value names holding
+quotes, newlines or code stay inert data.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, fields
+from pathlib import Path
+
+from workbench.core.errors import WorkbenchError
+from workbench.core.mesh import Mesh
+
+FORMAT = "workbench-strategy/1"
+
+
+def tactic_classes() -> dict[str, type]:
+    """Every tactic a strategy file may name, by class name."""
+    from workbench.core import strategies, tactics
+
+    classes = {c.__name__: c for c in (tactics.Tile, tactics.Replicate, tactics.Atomic)}
+    for name in ("BP", "MP", "Z2", "Z3", "EMB", "MQ", "SP"):
+        classes[name] = getattr(strategies, name)
+    try:
+        from workbench.core.search import Auto
+
+        classes["Auto"] = Auto
+    except ImportError:  # pragma: no cover - the search is optional
+        pass
+    return classes
+
+
+def exported_tactics(session) -> list:
+    """The schedule as tactics that rebuild it; a search is written as what it decided."""
+    out = []
+    for i, tactic in enumerate(session.history):
+        decided = getattr(tactic, "decisions", None)
+        out.extend(
+            decided(session.program, session.mesh, session.state_at(i)) if decided else [tactic]
+        )
+    return out
+
+
+def _tactic_code(tactic) -> str:
+    """``Tile(selector='params/**/w_in', dim=1, axis='model')``: every field left at its
+    default omitted, every value written with ``repr`` (strings stay inert data)."""
+    args = []
+    for f in fields(tactic):
+        if not f.init or f.name.startswith("_"):
+            continue
+        value = getattr(tactic, f.name)
+        if f.default is MISSING or value != f.default:
+            value = list(value) if isinstance(value, tuple) else value
+            args.append(f"{f.name}={value!r}")
+    return f"{type(tactic).__name__}({', '.join(args)})"
+
+
+def export_code(session) -> str:
+    """Python source that rebuilds this session's state from a captured program."""
+    tactics = exported_tactics(session)
+    used = sorted({type(t).__name__ for t in tactics})
+    core = [n for n in used if n in ("Tile", "Replicate", "Atomic")]
+    named = [n for n in used if n not in core]
+    lines = [
+        f'"""The partitioning schedule of {session.program.name!r} on {session.mesh}, exported by workbench.',
+        "",
+        "    session = build(workbench.capture(fn, *args))",
+        '"""',
+        "",
+        "import workbench",
+    ]
+    if core:
+        lines.append(f"from workbench import {', '.join(core)}")
+    if named:
+        lines.append(f"from workbench.core.strategies import {', '.join(named)}")
+    lines += [
+        "",
+        f"MESH = workbench.Mesh({dict(session.mesh.axes)!r})",
+        "SCHEDULE = [",
+        *(f"    {_tactic_code(t)}," for t in tactics),
+        "]",
+        "",
+        "",
+        "def build(program):",
+        '    """The session for ``program`` with this schedule applied."""',
+        "    return workbench.Session(program, MESH, SCHEDULE)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# -- JSON strategy files ------------------------------------------------------------------------
+def to_json(session) -> dict:
+    schedule = []
+    for tactic in exported_tactics(session):
+        entry = {"tactic": type(tactic).__name__}
+        for f in fields(tactic):
+            if f.init and not f.name.startswith("_"):
+                value = getattr(tactic, f.name)
+                entry[f.name] = list(value) if isinstance(value, tuple) else value
+        schedule.append(entry)
+    return {
+        "format": FORMAT,
+        "program": session.program.name,
+        "mesh": dict(session.mesh.axes),
+        "schedule": schedule,
+    }
+
+
+def save(session, path) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(to_json(session), indent=2) + "\n")
+    return path
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _plain(value, where: str):
+    """Only strings, numbers, booleans, null and lists of those: a strategy is data."""
+    if isinstance(value, list):
+        return tuple(_plain(v, where) for v in value)
+    if isinstance(value, _SCALARS):
+        return value
+    raise WorkbenchError(
+        f"strategy file: {where} holds a {type(value).__name__}; only strings, numbers and lists are allowed."
+    )
+
+
+def tactics_from_json(data) -> tuple[Mesh, list]:
+    """The mesh and tactics a strategy file describes, checked field by field."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise WorkbenchError(
+            f'not a workbench strategy: expected a JSON object with "format": "{FORMAT}".'
+        )
+    mesh_data = data.get("mesh")
+    if not isinstance(mesh_data, dict) or not all(isinstance(v, int) for v in mesh_data.values()):
+        raise WorkbenchError(
+            'strategy file: "mesh" must map axis names to sizes, e.g. {"batch": 2, "model": 4}.'
+        )
+    mesh = Mesh(mesh_data)
+    classes = tactic_classes()
+    tactics = []
+    for i, entry in enumerate(data.get("schedule", [])):
+        if not isinstance(entry, dict) or entry.get("tactic") not in classes:
+            name = entry.get("tactic") if isinstance(entry, dict) else entry
+            raise WorkbenchError(
+                f"strategy file: schedule[{i}] names tactic {name!r}; known tactics are {sorted(classes)}."
+            )
+        cls = classes[entry["tactic"]]
+        allowed = {f.name for f in fields(cls) if f.init and not f.name.startswith("_")}
+        kwargs = {}
+        for key, value in entry.items():
+            if key == "tactic":
+                continue
+            if key not in allowed:
+                raise WorkbenchError(
+                    f"strategy file: schedule[{i}] ({cls.__name__}) has field {key!r}; it takes {sorted(allowed)}."
+                )
+            kwargs[key] = _plain(value, f"schedule[{i}].{key}")
+        try:
+            tactics.append(cls(**kwargs))
+        except TypeError as err:
+            raise WorkbenchError(f"strategy file: schedule[{i}] ({cls.__name__}): {err}") from err
+    return mesh, tactics
+
+
+def load(program, path):
+    from workbench.core.session import Session
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise WorkbenchError(f"cannot read strategy file {str(path)!r}: {err}") from err
+    mesh, tactics = tactics_from_json(data)
+    return Session(program, mesh, tactics)

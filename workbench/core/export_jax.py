@@ -1,0 +1,163 @@
+"""Export a session's shardings as plain JAX: a module that needs no workbench.
+
+It builds the mesh from whatever devices are there (every host's under ``jax.distributed``),
+and jits the user's function with the input and output shardings and a sharding
+constraint on each intermediate the session tiles. Intermediates are found by tracing the
+function to a jaxpr and counting its equations the way ``workbench.capture`` numbers ops
+(calls inlined, loop bodies counted but bound whole), so the exported file carries the
+numbers, not our code.
+"""
+
+from __future__ import annotations
+
+from workbench.core.capture import CALL_PRIMITIVES
+
+_TEMPLATE = '''"""Shardings of {name!r} on a {mesh_text} mesh, exported by workbench. Needs only JAX.
+
+    step = partitioned(train_step)        # jit with these shardings on all attached devices
+    out = step(*args)
+
+Under multi-host JAX (jax.distributed.initialize()), the mesh spans every host's devices;
+pass global arrays (e.g. from jax.make_array_from_process_local_data).
+"""
+
+import jax
+import numpy as np
+from jax.extend.core import Literal
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+AXES = {axes!r}
+SHAPE = {shape!r}
+
+# one spec per leaf of the arguments and of the outputs, in jax.tree_util order
+IN_SPECS = [
+{in_specs}
+]
+OUT_SPECS = [
+{out_specs}
+]
+# (equation number, result number) -> spec, numbered as the comment on _evaluate says
+CONSTRAINTS = {{
+{constraints}
+}}
+# equations inside each loop or branch, skipped over when it is bound whole
+NESTED = {nested!r}
+CALLS = {calls!r}
+
+
+def make_mesh(devices=None):
+    """A mesh of SHAPE over ``devices`` (default: every device of every host)."""
+    devices = jax.devices() if devices is None else list(devices)
+    if len(devices) != int(np.prod(SHAPE)):
+        raise ValueError(f"this strategy needs {{int(np.prod(SHAPE))}} devices ({{dict(zip(AXES, SHAPE))}}); {{len(devices)}} are attached")
+    return Mesh(np.asarray(devices, dtype=object).reshape(SHAPE), AXES)
+
+
+def _evaluate(jaxpr, consts, args, mesh, counter):
+    """Evaluate a jaxpr, constraining results as CONSTRAINTS says. Equations are numbered in
+    order; calls (jit, custom_jvp/vjp, remat) are entered, not numbered; a loop or branch
+    is numbered, bound whole, and the equations inside it are skipped over (NESTED)."""
+    env = {{}}
+
+    def read(v):
+        return v.val if isinstance(v, Literal) else env[v]
+
+    env.update(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+    for eqn in jaxpr.eqns:
+        values = [read(v) for v in eqn.invars]
+        param = CALLS.get(eqn.primitive.name)
+        if param is not None and param in eqn.params:
+            sub = eqn.params[param]
+            outs = _evaluate(getattr(sub, "jaxpr", sub), getattr(sub, "consts", ()), values, mesh, counter)
+        else:
+            number = counter[0]
+            counter[0] += 1 + NESTED.get(number, 0)
+            outs = eqn.primitive.bind(*values, **eqn.params)
+            outs = list(outs) if eqn.primitive.multiple_results else [outs]
+            for j, out in enumerate(outs):
+                spec = CONSTRAINTS.get((number, j))
+                if spec is not None:
+                    outs[j] = jax.lax.with_sharding_constraint(out, NamedSharding(mesh, spec))
+        env.update(zip(eqn.outvars, outs))
+    return [read(v) for v in jaxpr.outvars]
+
+
+def partitioned(fn, mesh=None):
+    """``fn`` jitted with these shardings: inputs, outputs and intermediates."""
+    mesh = make_mesh() if mesh is None else mesh
+    cache = {{}}
+
+    def call(*args):
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        if tree not in cache:
+            closed = jax.make_jaxpr(fn)(*args)
+            out_tree = jax.tree_util.tree_structure(jax.eval_shape(fn, *args))
+
+            def flat(*xs):
+                return _evaluate(closed.jaxpr, closed.consts, xs, mesh, [0])
+
+            cache[tree] = (
+                jax.jit(
+                    flat,
+                    in_shardings=[NamedSharding(mesh, s) for s in IN_SPECS],
+                    out_shardings=[NamedSharding(mesh, s) for s in OUT_SPECS],
+                ),
+                out_tree,
+            )
+        jitted, out_tree = cache[tree]
+        return jax.tree_util.tree_unflatten(out_tree, jitted(*leaves))
+
+    return call
+'''
+
+
+def _spec_code(sharding) -> str:
+    parts = []
+    for axes in sharding.dims:
+        if not axes:
+            parts.append("None")
+        elif len(axes) == 1:
+            parts.append(repr(axes[0]))
+        else:
+            parts.append(repr(tuple(axes)))
+    while parts and parts[-1] == "None":
+        parts.pop()
+    return f"P({', '.join(parts)})"
+
+
+def export_jax(session) -> str:
+    """A standalone module applying this session's shardings with plain JAX."""
+    program, state, mesh = session.program, session.state, session.mesh
+    in_specs = [
+        f"    {_spec_code(state.shardings[v])},  # {program.values[v].name!r}"
+        for v in program.inputs
+    ]
+    out_specs = []
+    for v, name in zip(program.outputs, program.output_names):
+        spec = _spec_code(state.shardings[v]) if isinstance(v, int) else "P()"
+        out_specs.append(f"    {spec},  # {name!r}")
+    constraints, nested = [], {}
+    for op in program.ops:
+        if op.regions:
+            nested[op.id] = sum(1 for _ in program.walk([o for r in op.regions for o in r.ops]))
+        if op.parent is not None:
+            continue
+        for j, v in enumerate(op.results):
+            s = state.shardings[v]
+            if s.tiled_axes:
+                constraints.append(
+                    f"    ({op.id}, {j}): {_spec_code(s)},  # {program.values[v].name!r}"
+                )
+    return _TEMPLATE.format(
+        name=program.name,
+        mesh_text=str(dict(mesh.axes)),
+        axes=mesh.names,
+        shape=mesh.sizes,
+        in_specs="\n".join(in_specs),
+        out_specs="\n".join(out_specs),
+        constraints="\n".join(constraints),
+        nested=nested,
+        calls=dict(CALL_PRIMITIVES),
+    )
