@@ -1,0 +1,78 @@
+"""Calibration on the 8 virtual CPU devices, in quick mode, and the link fit in closed form."""
+
+import math
+
+import jax
+import pytest
+
+from workbench.core import calibrate as cal
+from workbench.core import hardware as hw
+from workbench.core.calibrate import Sample, calibrate, fit_link
+from workbench.core.mesh import Mesh
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return calibrate(quick=True)
+
+
+def test_quick_calibration_is_plausible(measured):
+    n = len(jax.devices())
+    assert measured.name == f"calibrated cpu x{n}"
+    assert measured.devices_per_node == n
+    for key, value in measured.figures().items():
+        assert math.isfinite(value) and value >= 0, key
+        assert measured.sources[key], key
+    # a core does 1e9-1e12 FLOP/s; 8 virtual devices share a few of them
+    assert 1e7 < measured.flops["float32"] < 1e13
+    assert 1e6 < measured.hbm_bandwidth < 1e12
+    assert 1e8 < measured.memory_bytes < 1e13
+    (link,) = measured.links
+    assert 1e5 < link.bandwidth < 1e12
+    assert 0 <= link.latency < 1e-2
+    kind = jax.devices()[0].device_kind
+    for key in ("flops.float32", "hbm_bandwidth", f"links.{link.name}.bandwidth"):
+        assert "measured" in measured.sources[key] and kind in measured.sources[key]
+
+
+def test_calibrated_spec_prices_collectives(measured):
+    n = len(jax.devices())
+    mesh = Mesh({"d": n})
+    (link,) = measured.links
+    t = hw.collective_time("all-reduce", 1 << 20, ("d",), mesh, measured)
+    assert t == pytest.approx(hw.all_reduce_time(1 << 20, n, link.bandwidth, link.latency))
+    assert 0 < t < 10
+    assert measured.peak_flops("bfloat16") > 0  # measured, or the float32 fallback
+
+
+def test_fit_recovers_bandwidth_and_latency():
+    bw, lat, n = 5e9, 3e-6, 8
+    samples = [
+        Sample(kind, n, nbytes, f(nbytes, n, bw, lat))
+        for nbytes in (1e4, 1e6, 1e8)
+        for kind, f in (("all-reduce", hw.all_reduce_time), ("all-gather", hw.all_gather_time))
+    ]
+    got_bw, got_lat = fit_link(samples)
+    assert got_bw == pytest.approx(bw, rel=1e-6)
+    assert got_lat == pytest.approx(lat, rel=1e-6)
+
+
+def test_fit_never_returns_a_negative_latency():
+    # bandwidth-only timings with noise that would pull the intercept below zero
+    samples = [Sample("all-gather", 4, b, 0.75 * b / 1e9 * s) for b, s in ((1e3, 0.5), (1e8, 1.0))]
+    bw, lat = fit_link(samples)
+    assert lat == 0.0 and bw > 0
+
+
+def test_one_device_and_unsupported_dtypes(monkeypatch):
+    real = cal.measure_matmul
+
+    def fake(mesh, dtype="float32", **kw):
+        if dtype == "bfloat16":
+            raise NotImplementedError("no bf16 dots here")
+        return real(mesh, dtype, **kw)
+
+    monkeypatch.setattr(cal, "measure_matmul", fake)
+    h = calibrate(jax.devices()[:1], quick=True)
+    assert set(h.flops) == {"float32"} and "bfloat16" in h.notes
+    assert h.name.endswith("x1") and "not measured" in h.sources["links.host.latency"]
