@@ -232,7 +232,8 @@ class Propagator:
         if len(by_factor) > 1:  # a contraction reaches every result: it makes them pending
             results = set(range(ix.n_in, len(ix.tensors)))
             carriers = {
-                f: {t for t, _ in ix.where.get(f, ())} | (results if f in ix.mapping.contracting else set())
+                f: {t for t, _ in ix.where.get(f, ())}
+                | (results if f in ix.mapping.contracting else set())
                 for f in by_factor
             }
             factors = list(carriers)
