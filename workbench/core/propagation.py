@@ -6,7 +6,7 @@ name the same factor, the axis spreads to every tensor carrying that factor (and
 contracted factor leaves the results pending a reduction); if they name different
 factors, the op is a *conflict*: recorded, and nothing is guessed. With no tile on the
 axis, a pending sum flows on through ops linear in it, as long as the value has no other
-use (where it forks it is reduced once). Decisions only ever add:
+use (where it forks it is reduced once) and the result is no larger in bytes. Decisions only ever add:
 a later tactic never overrides an earlier one. The worklist runs to a fixed point.
 """
 
@@ -110,7 +110,7 @@ class Propagator:
         self.step_count = 0
         self.changed: set[int] = set()
         self.order: list[Provenance] = []
-        self.sizes = [v.size for v in program.values]
+        self.nbytes = [v.nbytes for v in program.values]
         self.outputs = {v for v in program.outputs if isinstance(v, int)}
 
     # -- writes ----------------------------------------------------------------------------
@@ -317,7 +317,7 @@ class Propagator:
         users = self.program.users
         if any(len(users[ix.tensors[t]]) != 1 or ix.tensors[t] in self.outputs for t in tensors):
             return []
-        smallest = min(self.sizes[ix.tensors[t]] for t in tensors)
+        smallest = min(self.nbytes[ix.tensors[t]] for t in tensors)
         source = ix.tensors[partial_in[0][0]]
         written = []
         for t in range(ix.n_in, ix.n_in + len(m.results)):
@@ -325,8 +325,8 @@ class Propagator:
             s = self.sh[vid]
             if s.uses(axis) or axis in s.atomic or axis in s.replicated:
                 continue
-            if self.sizes[vid] > smallest:
-                continue  # reducing before a broadcast moves fewer bytes
+            if self.nbytes[vid] > smallest:
+                continue  # reducing before a broadcast (or a widening cast) moves fewer bytes
             self.make_partial(vid, axis, kind, op=o, source=source)
             written.append(vid)
         return written

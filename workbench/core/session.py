@@ -163,6 +163,21 @@ class Session:
         """Every collective the partitioned program performs: kind, value, axes, bytes and why."""
         return list(self.plan().collectives)
 
+    def estimate(self, hardware=None, *, overlap="none"):
+        """The simulator's estimate of one step per device on ``hardware`` (default: the host CPU
+        preset): time by compute and collective kind, and peak memory by category."""
+        from workbench.core import hardware as presets
+        from workbench.core.simulator import estimate
+
+        return estimate(
+            self.program,
+            self.mesh,
+            self.state,
+            self.plan(),
+            hardware or presets.CPU,
+            overlap=overlap,
+        )
+
     def lower(self, kind: str = "explicit", devices=None):
         """``(jitted fn of the flat inputs, jax Mesh)`` for ``kind`` "explicit", "constrained" or
         "propagated" (XLA propagating from the input shardings alone)."""

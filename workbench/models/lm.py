@@ -35,13 +35,16 @@ class Config(Presets):
     vocab: int = 64
     n_layers: int = 2
     dtype: str = "float32"
+    # mixed precision: parameters and gradients in ``dtype``, Adam's moments and a master
+    # copy of the parameters in float32 (2 + 2 + 12 bytes a parameter in bfloat16)
+    master_weights: bool = False
 
     PRESETS: ClassVar = {
         "tiny": {},
         "small": dict(batch=8, seq_len=64, d_model=128, n_heads=4, d_head=32, d_ff=512, vocab=1024, n_layers=4),
         "large": dict(batch=16, seq_len=256, d_model=512, n_heads=8, d_head=64, d_ff=2048, vocab=8192, n_layers=8),
         # ~60 B parameters: plan it from shapes only (build(..., abstract=True)).
-        "huge": dict(batch=64, seq_len=4096, d_model=8192, n_heads=64, d_head=128, d_ff=28672, vocab=32000, n_layers=80, dtype="bfloat16"),
+        "huge": dict(batch=64, seq_len=4096, d_model=8192, n_heads=64, d_head=128, d_ff=28672, vocab=32000, n_layers=80, dtype="bfloat16", master_weights=True),
     }  # fmt: skip
 
     def __post_init__(self):
@@ -105,11 +108,23 @@ def init_params(config: Config, key: jax.Array, *, stacked: bool = False) -> dic
     }
 
 
-def init_opt_state(params: Any) -> dict:
-    """Adam state: first and second moments shaped like ``params``, and a step counter."""
+def init_opt_state(params: Any, *, master_weights: bool = False) -> dict:
+    """Adam state: first and second moments shaped like ``params``, and a step counter; with
+    ``master_weights``, the moments and a master copy of the parameters in float32."""
+    if not master_weights:
+        return {
+            "m": jax.tree.map(jnp.zeros_like, params),
+            "v": jax.tree.map(jnp.zeros_like, params),
+            "step": jnp.zeros((), jnp.int32),
+        }
+
+    def f32_zeros(p):
+        return jnp.zeros(p.shape, jnp.float32)
+
     return {
-        "m": jax.tree.map(jnp.zeros_like, params),
-        "v": jax.tree.map(jnp.zeros_like, params),
+        "m": jax.tree.map(f32_zeros, params),
+        "v": jax.tree.map(f32_zeros, params),
+        "master": jax.tree.map(lambda p: p.astype(jnp.float32), params),
         "step": jnp.zeros((), jnp.int32),
     }
 
@@ -124,7 +139,11 @@ def init(config: Config, key: jax.Array, *, stacked: bool = False) -> tuple[dict
     """``(params, opt_state, batch)`` for ``train_step`` (``stacked=True``: ``train_step_scan``)."""
     k_params, k_batch = jax.random.split(key)
     params = init_params(config, k_params, stacked=stacked)
-    return params, init_opt_state(params), init_batch(config, k_batch)
+    return (
+        params,
+        init_opt_state(params, master_weights=config.master_weights),
+        init_batch(config, k_batch),
+    )
 
 
 def init_scan(config: Config, key: jax.Array) -> tuple[dict, dict, dict]:
@@ -210,6 +229,7 @@ def adam(params, grads, opt_state, *, learning_rate, b1=0.9, b2=0.999, eps=1e-8)
         step = opt_state["step"] + 1
         t = step.astype(jnp.float32)
         c1, c2 = 1 - b1**t, 1 - b2**t
+        grads = jax.tree.map(lambda g, m: g.astype(m.dtype), grads, opt_state["m"])
         m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, opt_state["m"], grads)
         v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * jnp.square(g), opt_state["v"], grads)
 
@@ -217,8 +237,12 @@ def adam(params, grads, opt_state, *, learning_rate, b1=0.9, b2=0.999, eps=1e-8)
             delta = learning_rate * (m / c1) / (jnp.sqrt(v / c2) + eps)
             return p - delta.astype(p.dtype)
 
-        params = jax.tree.map(update, params, m, v)
-        return params, {"m": m, "v": v, "step": step}
+        if "master" not in opt_state:
+            params = jax.tree.map(update, params, m, v)
+            return params, {"m": m, "v": v, "step": step}
+        master = jax.tree.map(update, opt_state["master"], m, v)
+        params = jax.tree.map(lambda w, p: w.astype(p.dtype), master, params)
+        return params, {"m": m, "v": v, "master": master, "step": step}
 
 
 def train_step(

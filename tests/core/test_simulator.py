@@ -1,0 +1,118 @@
+"""The simulator against closed forms and against what XLA compiles for the same shardings."""
+
+from functools import cache
+
+import jax
+import jax.numpy as jnp
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import workbench as wb
+from tests.core.lowering.strategies import CASES, strategies
+from tests.core.zoo import program
+from workbench.core import hardware as hw
+from workbench.core.crosscheck import compiled_text  # noqa: F401  (the same lowering path)
+from workbench.core.lowering.explicit import spec
+from workbench.models import build, lm
+
+MESH = wb.Mesh({"batch": 2, "model": 4})
+
+
+@cache
+def mixed_precision_lm():
+    config = lm.Config.preset("small", dtype="bfloat16", master_weights=True, batch=8, seq_len=32)
+    ex = build("lm", config, abstract=True)
+    return config, wb.capture(ex.fn, *ex.args)
+
+
+@pytest.mark.parametrize("stage", ["DP", "ZeRO-1", "ZeRO-2", "ZeRO-3"])
+def test_model_state_memory_matches_the_zero_formulas(stage):
+    # mixed precision with Adam: parameters 2 bytes, gradients 2, optimizer 12 (fp32 master
+    # copy, m, v) per parameter, each divided over the data axis as the stage says
+    config, prog = mixed_precision_lm()
+    p, n = config.n_params, 8
+    mesh = wb.Mesh({"data": n})
+    bp = wb.BP("data")
+    schedule, expected = {
+        "DP": ([bp], (2 * p, 2 * p, 12 * p)),
+        "ZeRO-1": (
+            [wb.Replicate("grads/**", "data"), bp, wb.Z2("data")],
+            (2 * p, 2 * p, 12 * p / n),
+        ),
+        "ZeRO-2": ([bp, wb.Z2("data")], (2 * p, 2 * p / n, 12 * p / n)),
+        "ZeRO-3": ([bp, wb.Z3("data")], (2 * p / n, 2 * p / n, 12 * p / n)),
+    }[stage]
+    states = wb.Session(prog, mesh, schedule).estimate(hw.H100).memory.states
+    got = (states["parameters"], states["gradients"], states["optimizer"])
+    assert got == pytest.approx(expected, rel=0.05)
+
+
+def test_a_ring_all_reduce_costs_what_the_formula_says():
+    def f(x, w):
+        return x @ w
+
+    s = wb.Session(wb.capture(f, jnp.ones((16, 64)), jnp.ones((64, 32))), wb.Mesh({"model": 8}))
+    s.apply(wb.Tile("w", 0, "model"))  # contraction split: the product is reduced at the output
+    e = s.estimate(hw.H100)
+    (c,) = e.collectives
+    assert c.collective.kind == "all-reduce" and c.collective.bytes == 16 * 32 * 4
+    link = hw.H100.link(s.mesh, "model")
+    n, nbytes = 8, 16 * 32 * 4
+    expected = 2 * (n - 1) / n * nbytes / link.bandwidth + 2 * (n - 1) * link.latency
+    assert c.seconds == pytest.approx(expected, rel=1e-9)
+    assert e.by_kind["all-reduce"] == pytest.approx(expected)
+
+
+def test_overlap_policies():
+    s = wb.Session(program("lm"), MESH, [wb.BP("batch"), wb.MP("model")])
+    none, full, half = (s.estimate(hw.H100, overlap=o) for o in ("none", "full", 0.5))
+    assert none.step_s == pytest.approx(none.compute_s + none.communication_s)
+    assert full.step_s == pytest.approx(max(full.compute_s, full.communication_s))
+    assert half.step_s == pytest.approx(
+        none.step_s - 0.5 * min(none.compute_s, none.communication_s)
+    )
+    with pytest.raises(ValueError, match="overlap must be"):
+        s.estimate(hw.H100, overlap=2.0)
+
+
+def test_each_collective_is_linked_to_the_tactic_behind_it():
+    s = wb.Session(program("lm"), MESH, [wb.BP("batch"), wb.MP("model")])
+    by_tactic = s.estimate(hw.H100).by_tactic()
+    assert set(by_tactic) == {0, 1} and all(t > 0 for t in by_tactic.values())
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from(CASES), st.sampled_from([hw.H100, hw.TPU_V5E, hw.CPU]))
+def test_estimates_are_deterministic_and_non_negative(case, hardware):
+    model, strategy = case
+    s = wb.Session(program(model), MESH, strategies(model)[strategy])
+    a, b = s.estimate(hardware), s.estimate(hardware)
+    assert a.step_s == b.step_s and a.memory.peak == b.memory.peak
+    assert a.compute_s >= 0 and a.communication_s >= 0 and a.memory.peak > 0
+    assert all(o.seconds >= 0 for o in a.ops) and all(c.seconds >= 0 for c in a.collectives)
+
+
+@pytest.mark.parametrize("model, strategy", CASES)
+def test_against_what_xla_compiles(model, strategy):
+    s = wb.Session(program(model), MESH, strategies(model)[strategy])
+    e = s.estimate(hw.CPU)
+    fn, jmesh = s.lower("explicit")
+    args = [
+        jax.ShapeDtypeStruct(
+            v.shape,
+            v.dtype,
+            sharding=jax.sharding.NamedSharding(jmesh, spec(s.state.shardings[v.id])),
+        )
+        for v in s.program.input_values
+    ]
+    lowered = fn.lower(*args)
+    memory = lowered.compile().memory_analysis()
+    assert e.memory.arguments == memory.argument_size_in_bytes
+    assert e.memory.outputs == memory.output_size_in_bytes
+    # the same ops on both sides: the per-device HLO before XLA rewrites it, loop bodies once
+    xla = lowered.cost_analysis()["flops"]
+    ours = sum(o.cost.flops + o.cost.transcendentals for o in e.ops)
+    # XLA also counts one flop per element an all-reduce adds up
+    ours += sum(c.bytes // c.src.dtype.itemsize for c in s.collectives() if c.kind == "all-reduce")
+    assert ours == pytest.approx(xla, rel=0.02)

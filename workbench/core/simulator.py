@@ -1,0 +1,417 @@
+"""The simulator: one step's time and memory per device, from the plan, on a hardware spec.
+
+- compute: per op a roofline (``costs.op_cost`` on the local shapes the plan runs it at,
+  ``costs.op_time`` on the hardware), times the loop trips around it;
+- communication: per collective of the plan, ``hardware.collective_time`` times its count;
+- step time under an overlap policy: "none" (compute + communication), "full"
+  (the larger of the two) or a fraction of communication hidden behind compute;
+- peak memory per device from liveness in program order: every layout a value is held in
+  lives from the op that makes it to the last op that reads it (inputs throughout),
+  broken down into parameters, gradients, optimizer state, activations and temporaries.
+  Like a compiler, it keeps elementwise chains inside fused kernels (no buffers), lets an
+  elementwise kernel write over an operand it reads last, and gives a matmul or
+  convolution a transposed copy of an operand in the wrong order. Like a training loop,
+  updated parameters and optimizer state overwrite the inputs they replace (donation), a
+  value read only to be shrunk (a gradient reduce-scattered into ZeRO's shards) is shrunk
+  where it is made, and a gathered copy of a parameter counts as a temporary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from workbench.core.collectives import KINDS, Collective
+from workbench.core.costs import OpCost, op_cost, op_time
+from workbench.core.hardware import Hardware, collective_time
+from workbench.core.mesh import Mesh
+from workbench.core.redistribute import layout_key
+from workbench.core.rules.mapping import TensorType
+from workbench.core.units import format_bytes, format_seconds
+
+CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries")
+
+#: Bytes per element of the table of pointers a tuple of outputs carries (XLA's output tuple).
+TUPLE_POINTER_BYTES = 8
+
+#: Ops a compiler fuses into a loop kernel: a value made by one of them and read only by them
+#: (or by a reduction, which fuses its inputs) never gets a buffer of its own.
+FUSIBLE = frozenset(
+    {
+        "abs", "add", "add_any", "and", "broadcast_in_dim", "ceil", "clamp", "convert_element_type",
+        "copy", "cos", "div", "eq", "erf", "exp", "exp2", "expm1", "floor", "ge", "gt", "integer_pow",
+        "iota", "is_finite", "le", "log", "log1p", "logistic", "lt", "max", "min", "mul", "name", "ne",
+        "neg", "not", "or", "pow", "reshape", "round", "rsqrt", "select_n", "sign", "sin", "sqrt",
+        "square", "squeeze", "stop_gradient", "sub", "tan", "tanh", "xor",
+    }
+)  # fmt: skip
+FUSING_READERS = FUSIBLE | {"reduce_sum", "reduce_max", "reduce_min", "argmax", "argmin"}
+COPYING = frozenset({"dot_general", "conv_general_dilated"})
+
+
+def copied_operands(op, ranks) -> tuple[int, ...]:
+    """Operands a matmul or convolution kernel reads through a transposed copy.
+
+    A 2-D matmul takes either operand transposed for free (GEMM flags). Otherwise a dot
+    wants batch dims leading, then the left side's contracting dims last and the right
+    side's right after the batch dims; a convolution wants NHWC input and HWIO kernel.
+    """
+    if op.primitive == "dot_general":
+        (lc, rc), (lb, rb) = op.params["dimension_numbers"]
+        if not lb and max(ranks) <= 2:
+            return ()
+        nb, nc = len(lb), len(lc)
+        lhs_ok = list(lb) == list(range(nb)) and list(lc) == list(range(ranks[0] - nc, ranks[0]))
+        rhs_ok = list(rb) == list(range(nb)) and list(rc) == list(range(nb, nb + nc))
+        return tuple(k for k, ok in enumerate((lhs_ok, rhs_ok)) if not ok)
+    if op.primitive == "conv_general_dilated":
+        dn = op.params["dimension_numbers"]
+        forward = ((0, 3, 1, 2), (3, 2, 0, 1))
+        return tuple(
+            k
+            for k, (got, want) in enumerate(zip((dn.lhs_spec, dn.rhs_spec), forward))
+            if tuple(got) != want
+        )
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
+class OpEstimate:
+    op: int
+    cost: OpCost  # per run, on one device
+    seconds: float  # per run
+    count: int  # runs per step
+
+    @property
+    def total_s(self) -> float:
+        return self.seconds * self.count
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveEstimate:
+    collective: Collective
+    seconds: float  # per run
+
+    @property
+    def total_s(self) -> float:
+        return self.seconds * self.collective.count
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Per-device bytes: the peak and what is live at it, by category."""
+
+    peak: int
+    at_peak: Mapping[str, int]  # category -> bytes live at the peak
+    arguments: int  # the inputs, held throughout
+    outputs: int  # the outputs (with the pointer table of their tuple)
+    temporaries: int  # the largest live total of everything but inputs and outputs
+    capacity: float
+    # model state held per device: parameters and optimizer state as stored, gradients in
+    # the layout the optimizer reads them (what the ZeRO stages divide)
+    states: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak <= self.capacity
+
+    def __str__(self) -> str:
+        parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in self.at_peak.items() if v)
+        verdict = "fits" if self.fits else "DOES NOT FIT"
+        return (
+            f"peak {format_bytes(self.peak)} of {format_bytes(self.capacity)} ({verdict}): {parts}"
+        )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One step on one device, as the simulator sees it."""
+
+    hardware: str
+    compute_s: float
+    communication_s: float  # every collective, in sequence
+    step_s: float  # after overlap
+    overlap: str | float
+    by_kind: Mapping[str, float]  # collective kind -> seconds
+    flops: float  # per device per step
+    memory: Memory
+    ops: tuple[OpEstimate, ...] = field(repr=False)
+    collectives: tuple[CollectiveEstimate, ...] = field(repr=False)
+
+    def by_tactic(self) -> dict[int | None, float]:
+        """Communication seconds per tactic index (None: no tactic behind it)."""
+        out: dict[int | None, float] = {}
+        for c in self.collectives:
+            out[c.collective.tactic] = out.get(c.collective.tactic, 0.0) + c.total_s
+        return out
+
+    def __str__(self) -> str:
+        kinds = ", ".join(f"{k} {format_seconds(v)}" for k, v in self.by_kind.items() if v)
+        return (
+            f"step {format_seconds(self.step_s)} on {self.hardware} (compute {format_seconds(self.compute_s)}, "
+            f"communication {format_seconds(self.communication_s)}{': ' + kinds if kinds else ''}; "
+            f"overlap {self.overlap}); memory {self.memory}"
+        )
+
+
+def overlapped(compute: float, communication: float, overlap) -> float:
+    if overlap == "none":
+        return compute + communication
+    if overlap == "full":
+        return max(compute, communication)
+    fraction = float(overlap)
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"overlap must be 'none', 'full' or a fraction in [0, 1]; got {overlap!r}")
+    return compute + communication - fraction * min(compute, communication)
+
+
+def category(program, vid: int) -> str:
+    """Which part of training memory a value belongs to, from its name and where it is used."""
+    v = program.values[vid]
+    name = v.name
+    if name.startswith(("params/", "out/params/")):
+        return "parameters"
+    if name.startswith(("opt_state/", "out/opt_state/")):
+        return "optimizer"
+    if name.startswith("grads/"):
+        return "gradients"
+    if v.kind == "input":
+        return "activations"  # the batch
+    producer = program.ops[v.producer] if v.producer is not None else None
+    if producer is None:
+        return "temporaries"
+    users = [program.ops[u].phase for u in program.users[vid]]
+    if producer.phase == "forward" and "backward" in users:
+        return "activations"  # saved for the backward pass
+    if producer.phase == "backward" and "optimizer" in users:
+        return "gradients"
+    return "temporaries"
+
+
+class _Simulator:
+    def __init__(self, program, mesh: Mesh, state, plan, hardware: Hardware):
+        self.program, self.mesh, self.state, self.plan, self.hw = (
+            program,
+            mesh,
+            state,
+            plan,
+            hardware,
+        )
+        self.cache = program.__dict__.setdefault("_op_cost_cache", {})
+
+    # -- time ------------------------------------------------------------------------------
+    def op_estimates(self) -> list[OpEstimate]:
+        out = []
+        p, mesh = self.program, self.mesh
+        for op in p.ops:
+            plan = self.plan.ops[op.id]
+            if plan is None or op.regions:
+                continue
+            ins = tuple(
+                s.local_shape(mesh) if s is not None else None
+                for s in plan.operands[: len(op.operands)]
+            )
+            outs = tuple(s.local_shape(mesh) for s in plan.results[: len(op.results)])
+            key = (op.id, ins, outs)
+            hit = self.cache.get(key)
+            if hit is None:
+                operands = [
+                    TensorType(shape, p.operand_type(v).dtype)
+                    if shape is not None
+                    else p.operand_type(v)
+                    for v, shape in zip(op.operands, ins)
+                ]
+                results = [
+                    TensorType(shape, p.values[v].dtype) for v, shape in zip(op.results, outs)
+                ]
+                cost = op_cost(op.primitive, op.params, operands, results)
+                dtype = p.values[op.results[0]].dtype if op.results else None
+                hit = self.cache[key] = (cost, op_time(cost, self.hw, dtype))
+            out.append(OpEstimate(op.id, hit[0], hit[1], plan.repeats))
+        return out
+
+    def collective_estimates(self) -> list[CollectiveEstimate]:
+        return [
+            CollectiveEstimate(c, collective_time(c.kind, c.bytes, c.axes, self.mesh, self.hw))
+            for c in self.plan.collectives
+        ]
+
+    # -- memory ----------------------------------------------------------------------------
+    def fused(self) -> set[int]:
+        """Values a compiler keeps inside fused kernels: no buffer of their own."""
+        p = self.program
+        cached = p.__dict__.get("_fused_values")
+        if cached is None:
+            outputs = {v for v in p.outputs if isinstance(v, int)}
+            cached = set()
+            for v in p.values:
+                producer = p.ops[v.producer] if v.producer is not None else None
+                if producer is None or producer.primitive not in FUSIBLE or v.id in outputs:
+                    continue
+                if all(p.ops[u].primitive in FUSING_READERS for u in p.users[v.id]):
+                    cached.add(v.id)
+            p.__dict__["_fused_values"] = cached
+        return cached
+
+    def memory(self) -> Memory:
+        """Sweep program order: each layout a value is held in lives from the op that makes it
+        to the last op that reads it (see ``estimate``)."""
+        p, mesh, plan = self.program, self.mesh, self.plan
+        fused = self.fused()
+        position = {op.id: i for i, op in enumerate(p.walk())}
+        end = len(position)
+        spans: dict[tuple, list] = {}  # (value, layout key) -> [first, last, bytes, made here]
+        shrink_only: dict[tuple, bool] = {}  # natural layouts read only to be shrunk
+        made_at: dict[int, int] = {}
+
+        def touch(v, layout, at, *, made=False, shrink=False):
+            if made and v in fused:
+                return
+            key = (v, layout_key(layout))
+            span = spans.get(key)
+            if span is None:
+                spans[key] = [at, at, layout.local_nbytes(mesh)]
+            else:
+                span[0], span[1] = min(span[0], at), max(span[1], at)
+            if not shrink:
+                shrink_only[key] = made and shrink_only.get(key, True)
+
+        for v in p.inputs:
+            touch(v, self.state.shardings[v], -1)
+            touch(v, self.state.shardings[v], end)
+        for v in p.consts:
+            touch(v, p.values[v].type_sharding(), -1)
+        copies: list[tuple[int, int]] = []  # (position, bytes) of layout copies
+        eager: list[tuple[tuple, int]] = []  # shrunk layouts, made as soon as their source exists
+        for op in p.walk():
+            o, at = plan.ops[op.id], position[op.id]
+            if o is None:
+                continue
+            for v, layout in zip(op.linked_results, o.results):
+                touch(v, layout, at, made=True)
+                made_at[v] = at
+            ranks = [len(p.operand_type(v).shape) for v in op.operands]
+            for k in copied_operands(op, ranks) if op.primitive in COPYING else ():
+                copies.append((at, o.operands[k].local_nbytes(mesh)))
+            for fetch in o.fetches:
+                if fetch is None:
+                    continue
+                shrinking = fetch.steps and fetch.dst.local_nbytes(mesh) < fetch.src.local_nbytes(
+                    mesh
+                )
+                touch(fetch.value, fetch.src, at, shrink=bool(shrinking))
+                touch(fetch.value, fetch.dst, at, made=not fetch.steps)
+                if shrinking:
+                    eager.append(((fetch.value, layout_key(fetch.dst)), fetch.value))
+        for fetch in plan.outputs:
+            if fetch is not None:
+                touch(fetch.value, fetch.src, end)
+                touch(fetch.value, fetch.dst, end)
+        # a layout read only to be shrunk is shrunk where it is made, then freed
+        for key, src_value in eager:
+            natural = [k for k in spans if k[0] == src_value and shrink_only.get(k) and k != key]
+            if natural and src_value in made_at:
+                spans[key][0] = min(spans[key][0], made_at[src_value])
+                for k in natural:
+                    spans[k][1] = spans[k][0]
+        inputs = set(p.inputs)
+        returned = {(f.value, layout_key(f.dst)) for f in plan.outputs if f is not None}
+        donated = self.donated()
+        own = {v: self.state.shardings[v].local_nbytes(mesh) for v in range(len(p.values))}
+        in_place = {position[op.id] for op in p.walk() if op.primitive in FUSIBLE}
+        events: list[tuple[int, int, int, str, bool]] = []
+        for key, (first, last, nbytes) in spans.items():
+            v = key[0]
+            if key in returned and v in donated:
+                continue  # written over the input it replaces
+            cat = "temporaries" if nbytes > own[v] and v not in inputs else category(p, v)
+            temp = v not in inputs and key not in returned
+            events.append((first, 1, nbytes, cat, temp))
+            # read last by an elementwise kernel: its result may reuse this buffer in place
+            events.append(
+                (last, 0, nbytes, cat, temp)
+                if last in in_place
+                else (last + 1, 0, nbytes, cat, temp)
+            )
+        for at, nbytes in copies:
+            events.append((at, 1, nbytes, "temporaries", True))
+            events.append((at + 1, 0, nbytes, "temporaries", True))
+        events.sort(key=lambda e: (e[0], e[1]))  # at one position: frees, then allocations
+        live = dict.fromkeys(CATEGORIES, 0)
+        peak, at_peak, temp_live, temporaries = 0, dict(live), 0, 0
+        for _, allocating, nbytes, cat, temp in events:
+            delta = nbytes if allocating else -nbytes
+            live[cat] += delta
+            if temp:
+                temp_live += delta
+                temporaries = max(temporaries, temp_live)
+            total = sum(live.values())
+            if total > peak:
+                peak, at_peak = total, dict(live)
+        arguments = sum(self.state.shardings[v].local_nbytes(mesh) for v in p.inputs)
+        outputs = sum(f.dst.local_nbytes(mesh) for f in plan.outputs if f is not None)
+        if len(p.outputs) > 1:
+            outputs += TUPLE_POINTER_BYTES * len(p.outputs)
+        return Memory(
+            peak, at_peak, arguments, outputs, temporaries, self.hw.memory_bytes, self.states()
+        )
+
+    def states(self) -> dict[str, int]:
+        p, mesh, plan = self.program, self.mesh, self.plan
+        out = dict.fromkeys(("parameters", "gradients", "optimizer"), 0)
+        for v in p.inputs:
+            cat = category(p, v)
+            if cat in out:
+                out[cat] += self.state.shardings[v].local_nbytes(mesh)
+        read: dict[
+            int, int
+        ] = {}  # pending gradient -> the fewest bytes an optimizer op reads it in
+        for op in p.ops:
+            o = plan.ops[op.id]
+            if op.phase != "optimizer" or o is None:
+                continue
+            for v, need in zip(op.operands, o.operands):
+                if isinstance(v, int) and need is not None and category(p, v) == "gradients":
+                    read[v] = min(read.get(v, need.local_nbytes(mesh)), need.local_nbytes(mesh))
+        for v in read:  # a gradient the state holds fully reduced is held in that layout
+            own = self.state.shardings[v]
+            if not own.partial:
+                read[v] = own.local_nbytes(mesh)
+        out["gradients"] = sum(read.values())
+        return out
+
+    def donated(self) -> set[int]:
+        """Outputs that replace an input of the same name and layout (``out/params/w`` for
+        ``params/w``): a training loop donates the input, so they take no extra memory."""
+        p, sh = self.program, self.state.shardings
+        by_name = {p.values[v].name: v for v in p.inputs}
+        out = set()
+        for v, name in zip(p.outputs, p.output_names):
+            source = by_name.get(name.removeprefix("out/"))
+            if isinstance(v, int) and source is not None and sh[source].dims == sh[v].dims:
+                out.add(v)
+        return out
+
+
+def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="none") -> Estimate:
+    """The simulator's estimate of one step (see module doc)."""
+    sim = _Simulator(program, mesh, state, plan, hardware)
+    ops = sim.op_estimates()
+    collectives = sim.collective_estimates()
+    compute = sum(o.total_s for o in ops)
+    by_kind = dict.fromkeys(KINDS, 0.0)
+    for c in collectives:
+        by_kind[c.collective.kind] += c.total_s
+    communication = sum(by_kind.values())
+    return Estimate(
+        hardware=hardware.name,
+        compute_s=compute,
+        communication_s=communication,
+        step_s=overlapped(compute, communication, overlap),
+        overlap=overlap,
+        by_kind=by_kind,
+        flops=sum((o.cost.flops + o.cost.transcendentals) * o.count for o in ops),
+        memory=sim.memory(),
+        ops=tuple(ops),
+        collectives=tuple(collectives),
+    )
