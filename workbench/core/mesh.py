@@ -54,6 +54,7 @@ class Mesh:
 
     @property
     def shape(self) -> dict[str, int]:
+        """Axis name -> size (a fresh dict: callers may keep it)."""
         return dict(self.axes)
 
     @property

@@ -378,28 +378,48 @@ class Planner:
     def __init__(self, program, mesh: Mesh, state: State):
         self.program, self.mesh, self.state = program, mesh, state
         self.index = op_index(program)
-        self.scopes: list[dict[int, list[Sharding]]] = []
+        self.scopes: list[list[int]] = []  # per open scope, the values given layouts in it
+        # value -> layout key -> (layout, scope depth, the fetch that reads it as it is)
+        self.versions: dict[int, dict[tuple, tuple[Sharding, int, Fetch]]] = {}
         self.ops: list[OpPlan | None] = [None] * len(program.ops)
         self.collectives: list[Collective] = []
         self.repeat = 1
 
     def available(self, v: int) -> list[Sharding]:
-        return [s for scope in self.scopes for s in scope.get(v, ())]
+        return [s for s, _, _ in self.versions.get(v, {}).values()]
 
     def add(self, v: int, layout: Sharding) -> None:
-        self.scopes[-1].setdefault(v, []).append(as_layout(layout))
+        layout = as_layout(layout)
+        self.versions.setdefault(v, {})[layout_key(layout)] = (
+            layout,
+            len(self.scopes),
+            Fetch(v, layout, layout, ()),
+        )
+        self.scopes[-1].append(v)
+
+    def open_scope(self) -> None:
+        self.scopes.append([])
+
+    def close_scope(self) -> None:
+        depth = len(self.scopes)
+        for v in set(self.scopes.pop()):
+            kept = {k: entry for k, entry in self.versions[v].items() if entry[1] < depth}
+            if kept:
+                self.versions[v] = kept
+            else:
+                del self.versions[v]
 
     def fetch(self, v, dst: Sharding | None, consumer: int | None) -> Fetch | None:
         if dst is None or not isinstance(v, int):
             return None
-        dst = as_layout(dst)
-        options = self.available(v)
-        if not options:
+        versions = self.versions.get(v)
+        if not versions:
             raise AssertionError(f"value {self.program.values[v].name} used before it is defined")
-        key = layout_key(dst)
-        for s in options:
-            if layout_key(s) == key:
-                return Fetch(v, s, dst, ())
+        hit = versions.get(layout_key(dst))
+        if hit is not None:
+            return hit[2]
+        dst = as_layout(dst)
+        options = [s for s, _, _ in versions.values()]
         best = None
         for s in options:
             steps = redistribute(s, dst, self.mesh)
@@ -448,7 +468,7 @@ class Planner:
 
     def run(self) -> Plan:
         p = self.program
-        self.scopes.append({})
+        self.open_scope()
         for v in p.inputs:
             self.add(v, self.state.shardings[v])
         for v in p.consts:
@@ -478,7 +498,7 @@ class Planner:
                 saved = self.repeat
                 if op.primitive == "scan":
                     self.repeat *= int(op.params["length"])
-                self.scopes.append({})
+                self.open_scope()
                 for k, v in enumerate(region.inputs):
                     self.add(v, results[region_in + k])
                 for v in p.consts:
@@ -487,7 +507,7 @@ class Planner:
                 self.walk(region.ops)
                 for k, v in enumerate(region.outputs):
                     fetches.append(self.fetch(v, operands[region_out + k], o))
-                self.scopes.pop()
+                self.close_scope()
                 self.repeat = saved
                 region_in += len(region.inputs)
                 region_out += len(region.outputs)

@@ -88,16 +88,20 @@ class Op:
     parent: int | None = None  # the region op this op sits in
     source: str = ""  # "file.py:42 (fn)" where the user's code made it
     jax_primitive: Any = field(default=None, repr=False)  # the jax Primitive, for re-binding
+    #: operands then every region's outputs: what the op's factor mapping calls operands
+    linked_operands: tuple[Operand, ...] = field(init=False, repr=False)
+    #: results then every region's inputs: what the op's factor mapping calls results
+    linked_results: tuple[int, ...] = field(init=False, repr=False)
 
-    @property
-    def linked_operands(self) -> tuple[Operand, ...]:
-        """Operands then every region's outputs: what the op's factor mapping calls operands."""
-        return self.operands + tuple(v for r in self.regions for v in r.outputs)
-
-    @property
-    def linked_results(self) -> tuple[int, ...]:
-        """Results then every region's inputs: what the op's factor mapping calls results."""
-        return self.results + tuple(v for r in self.regions for v in r.inputs)
+    def __post_init__(self):
+        object.__setattr__(
+            self,
+            "linked_operands",
+            self.operands + tuple(v for r in self.regions for v in r.outputs),
+        )
+        object.__setattr__(
+            self, "linked_results", self.results + tuple(v for r in self.regions for v in r.inputs)
+        )
 
 
 @dataclass(eq=False)

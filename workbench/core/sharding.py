@@ -6,7 +6,8 @@ Printed like JAX's sharding-in-types: ``f32[256@batch,1024@model]{sum: model}``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -53,6 +54,19 @@ class Sharding:
     partial: tuple[tuple[str, str], ...] = ()
     replicated: frozenset[str] = frozenset()
     atomic: frozenset[str] = frozenset()
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:  # shardings key the planner's caches: hash once
+        h = self._hash
+        if not h:
+            h = (
+                hash(
+                    (self.shape, self.dtype, self.dims, self.partial, self.replicated, self.atomic)
+                )
+                or 1
+            )
+            object.__setattr__(self, "_hash", h)
+        return h
 
     @classmethod
     def unsharded(cls, shape, dtype) -> Sharding:
@@ -104,7 +118,7 @@ class Sharding:
 
     def local_shape(self, mesh: Mesh) -> tuple[int, ...]:
         """The shape each device holds."""
-        return tuple(n // self.shards(d, mesh) for d, n in enumerate(self.shape))
+        return _local_shape(self.shape, self.dims, mesh)
 
     @property
     def size(self) -> int:
@@ -115,7 +129,7 @@ class Sharding:
         return self.size * self.dtype.itemsize
 
     def local_nbytes(self, mesh: Mesh) -> int:
-        return math.prod(self.local_shape(mesh)) * self.dtype.itemsize
+        return _local_size(self.shape, self.dims, mesh) * self.dtype.itemsize
 
     # -- updates -------------------------------------------------------------------------------
     def with_tile(self, dim: int, axis: str) -> Sharding:
@@ -165,3 +179,14 @@ class Sharding:
 
     def __repr__(self) -> str:
         return f"Sharding({self})"
+
+
+@lru_cache(maxsize=1 << 16)
+def _local_shape(shape, dims, mesh: Mesh) -> tuple[int, ...]:
+    sizes = mesh.shape
+    return tuple(n // math.prod(sizes[a] for a in axes) for n, axes in zip(shape, dims))
+
+
+@lru_cache(maxsize=1 << 16)
+def _local_size(shape, dims, mesh: Mesh) -> int:
+    return math.prod(_local_shape(shape, dims, mesh))

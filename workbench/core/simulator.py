@@ -188,16 +188,55 @@ def category(program, vid: int) -> str:
     return "temporaries"
 
 
+@dataclass(frozen=True)
+class _Static:
+    """What the simulator needs of a program that no tactic changes, computed once."""
+
+    order: tuple  # ops in program order
+    position: dict  # op id -> index in ``order``
+    categories: tuple  # per value
+    fused: frozenset  # values kept inside fused kernels
+    in_place: frozenset  # positions of elementwise kernels
+    copies: tuple  # (op id, operand indices read through a transposed copy)
+    optimizer_ops: tuple  # op ids in the optimizer phase
+
+    @classmethod
+    def of(cls, program) -> _Static:
+        cached = program.__dict__.get("_simulator_static")
+        if cached is None:
+            order = tuple(program.walk())
+            outputs = {v for v in program.outputs if isinstance(v, int)}
+            fused = set()
+            for v in program.values:
+                producer = program.ops[v.producer] if v.producer is not None else None
+                if producer is None or producer.primitive not in FUSIBLE or v.id in outputs:
+                    continue
+                if all(program.ops[u].primitive in FUSING_READERS for u in program.users[v.id]):
+                    fused.add(v.id)
+            copies = []
+            for op in program.ops:
+                if op.primitive in COPYING:
+                    ranks = [len(program.operand_type(v).shape) for v in op.operands]
+                    if ks := copied_operands(op, ranks):
+                        copies.append((op.id, ks))
+            cached = program.__dict__["_simulator_static"] = cls(
+                order=order,
+                position={op.id: i for i, op in enumerate(order)},
+                categories=tuple(category(program, v.id) for v in program.values),
+                fused=frozenset(fused),
+                in_place=frozenset(i for i, op in enumerate(order) if op.primitive in FUSIBLE),
+                copies=tuple(copies),
+                optimizer_ops=tuple(op.id for op in program.ops if op.phase == "optimizer"),
+            )
+        return cached
+
+
 class _Simulator:
     def __init__(self, program, mesh: Mesh, state, plan, hardware: Hardware):
-        self.program, self.mesh, self.state, self.plan, self.hw = (
-            program,
-            mesh,
-            state,
-            plan,
-            hardware,
-        )
+        self.program, self.mesh, self.state, self.plan = program, mesh, state, plan
+        self.hw = hardware
         self.cache = program.__dict__.setdefault("_op_cost_cache", {})
+        self.static = _Static.of(program)
 
     # -- time ------------------------------------------------------------------------------
     def op_estimates(self) -> list[OpEstimate]:
@@ -237,28 +276,11 @@ class _Simulator:
         ]
 
     # -- memory ----------------------------------------------------------------------------
-    def fused(self) -> set[int]:
-        """Values a compiler keeps inside fused kernels: no buffer of their own."""
-        p = self.program
-        cached = p.__dict__.get("_fused_values")
-        if cached is None:
-            outputs = {v for v in p.outputs if isinstance(v, int)}
-            cached = set()
-            for v in p.values:
-                producer = p.ops[v.producer] if v.producer is not None else None
-                if producer is None or producer.primitive not in FUSIBLE or v.id in outputs:
-                    continue
-                if all(p.ops[u].primitive in FUSING_READERS for u in p.users[v.id]):
-                    cached.add(v.id)
-            p.__dict__["_fused_values"] = cached
-        return cached
-
     def memory(self) -> Memory:
         """Sweep program order: each layout a value is held in lives from the op that makes it
         to the last op that reads it (see ``estimate``)."""
-        p, mesh, plan = self.program, self.mesh, self.plan
-        fused = self.fused()
-        position = {op.id: i for i, op in enumerate(p.walk())}
+        p, mesh, plan, static = self.program, self.mesh, self.plan, self.static
+        fused, position = static.fused, static.position
         end = len(position)
         spans: dict[tuple, list] = {}  # (value, layout key) -> [first, last, bytes, made here]
         shrink_only: dict[tuple, bool] = {}  # natural layouts read only to be shrunk
@@ -283,16 +305,18 @@ class _Simulator:
             touch(v, p.values[v].type_sharding(), -1)
         copies: list[tuple[int, int]] = []  # (position, bytes) of layout copies
         eager: list[tuple[tuple, int]] = []  # shrunk layouts, made as soon as their source exists
-        for op in p.walk():
-            o, at = plan.ops[op.id], position[op.id]
+        for o_id, ks in static.copies:
+            if plan.ops[o_id] is not None:
+                copies += [
+                    (position[o_id], plan.ops[o_id].operands[k].local_nbytes(mesh)) for k in ks
+                ]
+        for at, op in enumerate(static.order):
+            o = plan.ops[op.id]
             if o is None:
                 continue
             for v, layout in zip(op.linked_results, o.results):
                 touch(v, layout, at, made=True)
                 made_at[v] = at
-            ranks = [len(p.operand_type(v).shape) for v in op.operands]
-            for k in copied_operands(op, ranks) if op.primitive in COPYING else ():
-                copies.append((at, o.operands[k].local_nbytes(mesh)))
             for fetch in o.fetches:
                 if fetch is None:
                     continue
@@ -317,14 +341,17 @@ class _Simulator:
         inputs = set(p.inputs)
         returned = {(f.value, layout_key(f.dst)) for f in plan.outputs if f is not None}
         donated = self.donated()
-        own = {v: self.state.shardings[v].local_nbytes(mesh) for v in range(len(p.values))}
-        in_place = {position[op.id] for op in p.walk() if op.primitive in FUSIBLE}
+
+        def own(v):
+            return self.state.shardings[v].local_nbytes(mesh)
+
+        in_place, categories = static.in_place, static.categories
         events: list[tuple[int, int, int, str, bool]] = []
         for key, (first, last, nbytes) in spans.items():
             v = key[0]
             if key in returned and v in donated:
                 continue  # written over the input it replaces
-            cat = "temporaries" if nbytes > own[v] and v not in inputs else category(p, v)
+            cat = "temporaries" if nbytes > own(v) and v not in inputs else categories[v]
             temp = v not in inputs and key not in returned
             events.append((first, 1, nbytes, cat, temp))
             # read last by an elementwise kernel: its result may reuse this buffer in place
@@ -360,18 +387,19 @@ class _Simulator:
         p, mesh, plan = self.program, self.mesh, self.plan
         out = dict.fromkeys(("parameters", "gradients", "optimizer"), 0)
         for v in p.inputs:
-            cat = category(p, v)
+            cat = self.static.categories[v]
             if cat in out:
                 out[cat] += self.state.shardings[v].local_nbytes(mesh)
         read: dict[
             int, int
         ] = {}  # pending gradient -> the fewest bytes an optimizer op reads it in
-        for op in p.ops:
-            o = plan.ops[op.id]
-            if op.phase != "optimizer" or o is None:
+        categories = self.static.categories
+        for o_id in self.static.optimizer_ops:
+            op, o = p.ops[o_id], plan.ops[o_id]
+            if o is None:
                 continue
             for v, need in zip(op.operands, o.operands):
-                if isinstance(v, int) and need is not None and category(p, v) == "gradients":
+                if isinstance(v, int) and need is not None and categories[v] == "gradients":
                     read[v] = min(read.get(v, need.local_nbytes(mesh)), need.local_nbytes(mesh))
         for v in read:  # a gradient the state holds fully reduced is held in that layout
             own = self.state.shardings[v]

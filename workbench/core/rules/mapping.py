@@ -61,6 +61,17 @@ class FactorMapping:
     # (operand, result) pairs a pending reduction passes along (see the module doc)
     links: tuple[tuple[int, int], ...] = ()
     _contracting: frozenset[int] = field(default=frozenset(), compare=False, repr=False)
+    _hash: int = field(default=0, compare=False, repr=False)
+
+    def __hash__(self) -> int:  # mappings key the planner's caches: hash once
+        if not self._hash:
+            fields_ = (self.sizes, self.operands, self.results, self.blocked, self.reduction)
+            object.__setattr__(
+                self,
+                "_hash",
+                hash((*fields_, self.linear, self.structural, self.barrier, self.links)) or 1,
+            )
+        return self._hash
 
     def __post_init__(self):
         in_results = {f for dims in self.results for d in dims for f in d}
