@@ -1,0 +1,66 @@
+"""Colours and short texts shared by every picture: one colour per mesh axis, grey for replicated.
+
+The palette is Okabe and Ito's, which stays distinct under the common colour-vision
+deficiencies; axes take its colours in mesh order, so ``batch`` has the same colour in the
+program graph, the device grid and the charts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from workbench.core.mesh import Mesh
+from workbench.core.sharding import REDUCTIONS, Sharding
+
+#: Colours for mesh axes, in mesh order (Okabe-Ito; vermillion late, so red means "conflict").
+PALETTE = (
+    "#0072B2",  # blue
+    "#E69F00",  # orange
+    "#009E73",  # bluish green
+    "#CC79A7",  # reddish purple
+    "#56B4E9",  # sky blue
+    "#F0E442",  # yellow
+    "#D55E00",  # vermillion
+    "#000000",  # black
+)
+REPLICATED = "#9E9E9E"  # a value whole on every device
+CONFLICT = "#D62728"  # an op where propagation stopped
+CONFLICT_FILL = "#FDE0DD"
+
+
+def axis_colors(mesh: Mesh) -> dict[str, str]:
+    """Mesh axis -> colour, in mesh order (the palette repeats past eight axes)."""
+    return {a: PALETTE[i % len(PALETTE)] for i, a in enumerate(mesh.names)}
+
+
+def axes_of(shardings: Iterable[Sharding], mesh: Mesh) -> tuple[tuple[str, ...], frozenset]:
+    """The axes any of ``shardings`` is tiled on (mesh order), and their pending reductions."""
+    tiled: set[str] = set()
+    partial: set[tuple[str, str]] = set()
+    for s in shardings:
+        tiled.update(s.tiled_axes)
+        partial.update(s.partial)
+    return tuple(a for a in mesh.names if a in tiled), frozenset(partial)
+
+
+def reductions_text(partial: Iterable[tuple[str, str]]) -> str:
+    """``{(model, sum)}`` -> ``{sum: model}``, as ``str(Sharding)`` prints pending reductions."""
+    partial = sorted(partial)
+    notes = [
+        f"{kind}: {','.join(a for a, k in partial if k == kind)}"
+        for kind in REDUCTIONS
+        if any(k == kind for _, k in partial)
+    ]
+    return "{" + "; ".join(notes) + "}" if notes else ""
+
+
+def partial_note(sharding: Sharding) -> str:
+    """One sentence on what a pending reduction means for the devices, or ``""``."""
+    if not sharding.partial:
+        return ""
+    axes = ", ".join(a for a, _ in sharding.partial)
+    kinds = sorted({k for _, k in sharding.partial})
+    return (
+        f"{reductions_text(sharding.partial)}: every device holds a partial term; "
+        f"the value is the {'/'.join(kinds)} of the terms over {axes}"
+    )
