@@ -11,6 +11,7 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.mesh import Mesh
 from workbench.core.partition import partition
 from workbench.core.program import Program
+from workbench.core.search import Auto
 from workbench.core.session import Session
 from workbench.core.sharding import Sharding
 from workbench.core.strategies import BP, EMB, MP, MQ, SP, Z2, Z3
@@ -25,6 +26,7 @@ __all__ = [
     "Z2",
     "Z3",
     "Atomic",
+    "Auto",
     "Mesh",
     "Program",
     "Replicate",

@@ -1,0 +1,316 @@
+"""Automatic partitioning: a Monte Carlo tree search over tactics, as in Automap and PartIR's
+search (arXiv 2112.02958, 2210.06352).
+
+An action decides one *group* of inputs on one mesh axis: tile dimension d, or leave it.
+A group is the inputs that must be sharded alike: a parameter with its optimizer moments,
+and the same weight in every layer (``params/layers/*/attn/wq``). After each action,
+propagation runs (so later groups may already be decided); a finished episode is priced
+by the simulator: the reward is the start state's step time over the episode's, cut when
+the peak memory per device exceeds the limit. UCT picks the next episode's path; random
+rollouts finish it. Deterministic for a given seed.
+
+    schedule = [BP("batch"), Auto("model")]   # BP by hand, the search decides "model"
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from workbench.core.errors import TacticError, WorkbenchError
+from workbench.core.mesh import Mesh
+from workbench.core.plan import build_plan
+from workbench.core.selectors import select
+from workbench.core.simulator import estimate
+from workbench.core.state import State
+from workbench.core.strategies import companions
+from workbench.core.tactics import Tactic, Tile, apply_tactic
+
+SKIP = -1  # the "leave it" action
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Inputs decided together on one axis, and the dims they may be tiled on."""
+
+    key: str  # e.g. "layers/*/attn/wq"
+    axis: str
+    members: tuple[int, ...]  # value ids
+    dims: tuple[int, ...]  # tileable dims (each member has the same rank and sizes)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What a search has done so far, for progress bars."""
+
+    evaluations: int
+    budget: int
+    best_step_s: float
+    best_tactics: tuple[Tactic, ...]
+    elapsed_s: float
+
+
+def _group_key(name: str) -> str:
+    """``params/layers/3/attn/wq`` -> ``layers/*/attn/wq``."""
+    path = name.split("/", 1)[1] if "/" in name else name
+    return re.sub(r"(?<=/)\d+(?=/|$)|^\d+(?=/)", "*", path)
+
+
+def decision_groups(program, mesh: Mesh, state: State, axis: str, inputs="**") -> list[Group]:
+    """The groups of inputs still open on ``axis``, largest first."""
+    size = mesh.axis_size(axis)
+    params: dict[tuple, list[int]] = {}
+    taken: set[int] = set()
+    for v in select(program, inputs, required=False):
+        value = program.values[v]
+        if (
+            value.kind != "input"
+            or not value.shape
+            or v in taken
+            or value.name.startswith(("opt_state/", "out/"))
+        ):
+            continue
+        members = [v] + [u for u in companions(program, v) if program.values[u].kind == "input"]
+        taken.update(members)
+        params.setdefault((_group_key(value.name), value.shape), []).extend(members)
+    groups = []
+    for (key, shape), members in params.items():
+        open_members = tuple(
+            m
+            for m in members
+            if not state.shardings[m].uses(axis) and axis not in state.shardings[m].replicated
+        )
+        if not open_members:
+            continue
+        dims = tuple(
+            d
+            for d, n in enumerate(shape)
+            if all(n % (state.shardings[m].shards(d, mesh) * size) == 0 for m in open_members)
+        )
+        if dims:
+            groups.append(Group(key, axis, open_members, dims))
+    groups.sort(key=lambda g: -sum(program.values[m].nbytes for m in g.members))
+    return groups
+
+
+class _Node:
+    __slots__ = ("children", "reward", "visits")
+
+    def __init__(self):
+        self.visits = 0
+        self.reward = 0.0
+        self.children: dict[int, _Node] = {}
+
+
+class Search:
+    """One run of the tree search from ``state`` (see module doc)."""
+
+    def __init__(self, program, mesh, state, auto: Auto):
+        from workbench.core import hardware as presets
+
+        self.program, self.mesh, self.auto = program, mesh, auto
+        self.hardware = auto.hardware or presets.H100
+        self.groups = [
+            g
+            for axis in auto.axes
+            for g in decision_groups(program, mesh, state, axis, auto.inputs)
+        ]
+        self.rng = random.Random(auto.seed)
+        self.states: dict[tuple, State | None] = {(): state}
+        self.scores: dict[tuple, float] = {}
+        self.evaluations = 0
+        self.base = self.measure(state)
+        self.best: tuple[float, tuple] = (self.reward(state, self.base), ())
+
+    # -- the environment -------------------------------------------------------------------
+    def options(self, depth: int) -> list[int]:
+        return [SKIP, *self.groups[depth].dims]
+
+    def tactic(self, depth: int, action: int, state: State) -> Tactic | None:
+        if action == SKIP:
+            return None
+        g = self.groups[depth]
+        members = [m for m in g.members if not state.shardings[m].uses(g.axis)]
+        if not members:
+            return None
+        return Tile([self.program.values[m].name for m in members], action, g.axis)
+
+    def state(self, path: tuple) -> State | None:
+        """The state after the actions on ``path`` (None when one cannot be applied)."""
+        if path in self.states:
+            return self.states[path]
+        before = self.state(path[:-1])
+        result = None
+        if before is not None:
+            t = self.tactic(len(path) - 1, path[-1], before)
+            try:
+                result = before if t is None else apply_tactic(self.program, self.mesh, before, t)
+            except WorkbenchError:
+                result = None
+        self.states[path] = result
+        return result
+
+    def measure(self, state: State) -> tuple[float, float]:
+        e = estimate(
+            self.program,
+            self.mesh,
+            state,
+            build_plan(self.program, self.mesh, state),
+            self.hardware,
+        )
+        self.evaluations += 1
+        objective = e.memory.peak if self.auto.goal == "memory" else e.step_s
+        return objective, e.memory.peak
+
+    def reward(self, state: State, measured=None) -> float:
+        objective, peak = measured or self.measure(state)
+        reward = self.base[0] / max(objective, 1e-30)
+        limit = self.auto.memory_limit
+        if limit is not None and peak > limit:
+            reward *= 0.1 * limit / peak  # over the limit: worth little, less the more it is over
+        return reward
+
+    def score(self, path: tuple) -> float:
+        if path not in self.scores:
+            state = self.state(path)
+            self.scores[path] = 0.0 if state is None else self.reward(state)
+            if self.scores[path] > self.best[0]:
+                self.best = (self.scores[path], path)
+        return self.scores[path]
+
+    # -- the tree ------------------------------------------------------------------------
+    def episode(self, root: _Node) -> None:
+        node, path, visited = root, (), [root]
+        while len(path) < len(self.groups):
+            options = self.options(len(path))
+            untried = [a for a in options if a not in node.children]
+            if untried:
+                action = (
+                    untried[0] if len(path) == 0 and not node.children else self.rng.choice(untried)
+                )
+                node.children[action] = _Node()
+                node, path = node.children[action], (*path, action)
+                visited.append(node)
+                break
+            node, action = self.select(node)
+            path = (*path, action)
+            visited.append(node)
+        while len(path) < len(self.groups):  # random rollout to a full decision
+            path = (*path, self.rng.choice(self.options(len(path))))
+        reward = self.score(path)
+        for n in visited:
+            n.visits += 1
+            n.reward += reward
+
+    def select(self, node: _Node) -> tuple[_Node, int]:
+        log_n = math.log(max(node.visits, 1))
+        best = max(
+            node.children.items(),
+            key=lambda kv: (
+                kv[1].reward / kv[1].visits
+                + self.auto.exploration * math.sqrt(log_n / kv[1].visits)
+            ),
+        )
+        return best[1], best[0]
+
+    def run(self) -> list[Tactic]:
+        start = time.perf_counter()
+        root = _Node()
+        budget = self.auto.budget
+        while self.groups and self.evaluations < budget:
+            if self.auto.seconds is not None and time.perf_counter() - start > self.auto.seconds:
+                break
+            before = self.evaluations
+            self.episode(root)
+            if self.evaluations == before and len(self.scores) >= _paths(self.groups, self.options):
+                break  # every full path has been priced
+            if self.auto.callback is not None:
+                self.auto.callback(
+                    Progress(
+                        self.evaluations,
+                        budget,
+                        self.base[0] / self.best[0],
+                        self.tactics(self.best[1]),
+                        time.perf_counter() - start,
+                    )
+                )
+        return self.tactics(self.best[1])
+
+    def tactics(self, path: tuple) -> tuple[Tactic, ...]:
+        """The path as the tile tactics that had an effect, in order."""
+        out, state = [], self.states[()]
+        for depth, action in enumerate(path):
+            t = self.tactic(depth, action, state)
+            nxt = self.state(path[: depth + 1])
+            if t is not None and nxt is not None and nxt is not state:
+                out.append(t)
+            state = nxt if nxt is not None else state
+        return tuple(out)
+
+
+def _paths(groups, options) -> int:
+    total = 1
+    for depth in range(len(groups)):
+        total *= len(options(depth))
+        if total > 10**9:
+            break
+    return total
+
+
+_RESULTS: dict = {}  # (auto, id(program), id(state)) -> tactics, so export does not search again
+
+
+@dataclass(frozen=True, slots=True)
+class Auto(Tactic):
+    """Decide the sharding of the inputs on ``axes`` by tree search (see module doc).
+
+    ``goal`` "time" minimises the simulated step time, "memory" the peak memory per device;
+    ``memory_limit`` (bytes per device) penalises strategies that exceed it. ``budget`` caps
+    the simulator evaluations and ``seconds`` the wall time; ``callback(Progress)`` reports
+    after each episode. ``inputs`` selects the inputs the search may decide.
+    """
+
+    axes: tuple[str, ...] | str
+    goal: str = "time"
+    memory_limit: float | None = None
+    budget: int = 300
+    seconds: float | None = None
+    seed: int = 0
+    inputs: str = "**"
+    hardware: object = None  # a workbench.core.hardware.Hardware; default H100
+    exploration: float = 0.5
+    callback: Callable[[Progress], None] | None = field(
+        default=None, compare=False, hash=False, repr=False
+    )
+
+    def __post_init__(self):
+        if isinstance(self.axes, str):
+            object.__setattr__(self, "axes", (self.axes,))
+        if self.goal not in ("time", "memory"):
+            raise TacticError(f"{self}: goal must be 'time' or 'memory'; got {self.goal!r}.")
+
+    def __str__(self) -> str:
+        axes = self.axes[0] if len(self.axes) == 1 else list(self.axes)
+        extra = f", memory_limit={self.memory_limit:.3g}" if self.memory_limit else ""
+        return f"Auto({axes!r}{', goal=' + repr(self.goal) if self.goal != 'time' else ''}{extra})"
+
+    def decisions(self, program, mesh: Mesh, state: State) -> list[Tactic]:
+        """The tactics the search settles on, from ``state``: what this tactic stands for."""
+        for axis in self.axes:
+            if axis not in mesh:
+                raise TacticError(
+                    f"{self}: axis {axis!r} is not in {mesh}; use one of {list(mesh.names)}."
+                )
+        key = (self, id(program), id(state))
+        if key not in _RESULTS:
+            if len(_RESULTS) > 64:
+                _RESULTS.clear()
+            _RESULTS[key] = list(Search(program, mesh, state, self).run())
+        return _RESULTS[key]
+
+    def expand(self, program, mesh: Mesh, state: State):
+        return self.decisions(program, mesh, state)
