@@ -1,20 +1,38 @@
-"""Pure functions from core objects to pictures: the program graph and the device grid.
+"""Pure functions from core objects to pictures: the program graph, device grids, and charts
+of the simulator's estimates and the collective plan.
 
 Nothing here holds state or imports widgets; see README.md.
 """
 
+from workbench.viz.charts import (
+    compare_strategies,
+    estimates_over_schedule,
+    memory_breakdown,
+    schedule_estimates,
+    schedule_labels,
+    time_breakdown,
+)
 from workbench.viz.graph import program_graph, to_svg
 from workbench.viz.grid import device_blocks, device_grid, device_grid_text
 from workbench.viz.style import PALETTE, REPLICATED, axis_colors, partial_note
+from workbench.viz.table import collective_rows, collective_table
 
 __all__ = [
     "PALETTE",
     "REPLICATED",
     "axis_colors",
+    "collective_rows",
+    "collective_table",
+    "compare_strategies",
     "device_blocks",
     "device_grid",
     "device_grid_text",
+    "estimates_over_schedule",
+    "memory_breakdown",
     "partial_note",
     "program_graph",
+    "schedule_estimates",
+    "schedule_labels",
+    "time_breakdown",
     "to_svg",
 ]

@@ -208,7 +208,8 @@ def device_grid(sharding: Sharding, mesh: Mesh) -> go.Figure:
     title = _title(sharding, mesh)
     if sharding.partial:
         title += f"<br><sup>{partial_note(sharding)}</sup>"
-    fig.update_layout(title=dict(text=title), margin=dict(t=90 if n > 1 else 70))
+    fig.update_annotations(yshift=20)  # facet titles above the column ranges on top
+    fig.update_layout(title=dict(text=title), margin=dict(t=110 if n > 1 else 70))
     return fig
 
 

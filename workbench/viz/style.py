@@ -64,3 +64,26 @@ def partial_note(sharding: Sharding) -> str:
         f"{reductions_text(sharding.partial)}: every device holds a partial term; "
         f"the value is the {'/'.join(kinds)} of the terms over {axes}"
     )
+
+
+# -- charts: what a step's time and memory go to ------------------------------------------------
+# Paul Tol's "muted" (time) and "bright" (memory) schemes, also safe for colour-vision
+# deficiencies; kept apart from the axis palette, since a chart's colours name parts of a
+# step, not mesh axes.
+COMPUTE = "#332288"  # indigo
+KIND_COLORS = {
+    "all-gather": "#88CCEE",  # cyan
+    "reduce-scatter": "#44AA99",  # teal
+    "all-reduce": "#CC6677",  # rose
+    "all-to-all": "#DDCC77",  # sand
+    "collective-permute": "#AA4499",  # purple
+}
+CATEGORY_COLORS = {
+    "parameters": "#4477AA",  # blue
+    "gradients": "#EE6677",  # red
+    "optimizer": "#CCBB44",  # yellow
+    "activations": "#228833",  # green
+    "temporaries": "#BBBBBB",  # grey
+}
+FITS = "#1A7F37"  # a plan that fits in memory
+DOES_NOT_FIT = CONFLICT
