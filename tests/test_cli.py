@@ -1,0 +1,340 @@
+"""The ``workbench`` command: plan, models, hardware; bad input exits 2 with a message."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import workbench as wb
+from workbench.cli import main
+from workbench.core import hardware as hw
+from workbench.core.units import format_bytes, format_seconds
+from workbench.models import build
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "strategies" / "lm_bp_mp.json"
+MESH = wb.Mesh({"batch": 2, "model": 4})
+
+
+def lm_tiny() -> wb.Program:
+    ex = build("lm", "tiny", abstract=True)
+    return wb.capture(ex.fn, *ex.args)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A BP+MP session on lm:tiny and the strategy file it saved."""
+    session = wb.Session(lm_tiny(), MESH, [wb.BP("batch"), wb.MP("model")])
+    return session, session.save(tmp_path_factory.mktemp("strategy") / "strategy.json")
+
+
+def estimate(path, hardware=None, **kwargs):
+    """The estimate of the saved strategy, on a program captured afresh (as the command does):
+    the simulator caches op costs per program, so one program serves one hardware spec."""
+    return wb.Session.load(lm_tiny(), path).estimate(hardware, **kwargs)
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def table_rows(out: str) -> list[list[str]]:
+    """The rows of the collective table (after its ``#  kind ...`` header)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["#", "kind"])
+    return [line.split() for line in lines[start + 1 :]]
+
+
+def test_plan_prints_the_estimate_and_the_collective_plan(saved, capsys):
+    session, path = saved
+    est = estimate(path, hw.H100)
+    code, out, err = run(
+        capsys, "plan", "--model", "lm:tiny", "--strategy", path, "--hardware", "H100", "--top", 0
+    )
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].startswith("model     lm:tiny (") and "20,800 parameters" in lines[0]
+    assert "batch=2, model=4 (8 devices)" in out and "BP('batch'), MP('model')" in out
+    step = next(line for line in lines if line.startswith("step time"))
+    assert step.split()[2:] == format_seconds(est.step_s).split()
+    assert f"of {format_bytes(est.memory.capacity)} per device: fits" in out
+    rows = table_rows(out)
+    assert len(rows) == len(session.collectives())
+    model_all_reduces = [r for r in rows if r[1] == "all-reduce" and r[3] == "model"]
+    assert len(model_all_reduces) == sum(
+        c.kind == "all-reduce" and c.axes == ("model",) for c in session.collectives()
+    )
+    assert model_all_reduces and all("MP('model')" in " ".join(r) for r in model_all_reduces)
+
+
+def test_top_lists_the_costliest(saved, capsys):
+    _, path = saved
+    code, out, _ = run(capsys, "plan", "--model", "lm", "--strategy", path, "--top", 3)
+    assert code == 0 and "the 3 costliest (--top 0 lists all)" in out
+    assert len(table_rows(out)) == 3
+
+
+def test_json_equals_the_session_estimate(saved, capsys):
+    session, path = saved
+    est = estimate(path, hw.H100, overlap=0.5)
+    code, out, _ = run(
+        capsys,
+        "plan",
+        "--model",
+        "lm:tiny",
+        "--strategy",
+        path,
+        "--hardware",
+        "h100",
+        "--overlap",
+        "0.5",
+        "--json",
+    )
+    assert code == 0
+    data = json.loads(out)
+    got = data["estimate"]
+    assert (got["step_s"], got["compute_s"], got["communication_s"]) == (
+        est.step_s,
+        est.compute_s,
+        est.communication_s,
+    )
+    assert got["by_kind"] == dict(est.by_kind) and got["flops"] == est.flops
+    memory = got["memory"]
+    assert (memory["peak"], memory["capacity"], memory["fits"]) == (
+        est.memory.peak,
+        est.memory.capacity,
+        est.memory.fits,
+    )
+    assert memory["at_peak"] == dict(est.memory.at_peak)
+    assert data["mesh"] == {"batch": 2, "model": 4} and data["params"] == 20800
+    assert data["schedule"] == ["BP('batch')", "MP('model')"]
+    assert (data["hardware"], data["overlap"]) == ("H100 SXM", 0.5)
+    rows = data["collectives"]
+    assert [(r["kind"], tuple(r["axes"]), r["bytes"], r["count"]) for r in rows] == [
+        (c.kind, c.axes, c.bytes, c.count) for c in session.collectives()
+    ]
+    assert [r["seconds"] for r in rows] == [c.total_s for c in est.collectives]
+
+
+def test_default_hardware_is_the_sessions_default(saved, capsys):
+    _, path = saved
+    code, out, _ = run(capsys, "plan", "--model", "lm:tiny", "--strategy", path, "--json")
+    assert code == 0
+    assert json.loads(out)["estimate"]["step_s"] == estimate(path).step_s
+
+
+def test_tactics_on_the_command_line_match_the_strategy_file(saved, capsys):
+    _, path = saved
+    _, from_file, _ = run(capsys, "plan", "--model", "lm:tiny", "--strategy", path, "--json")
+    code, from_tactics, err = run(
+        capsys,
+        "plan",
+        "--model",
+        "lm:tiny",
+        "--mesh",
+        "batch=2,model=4",
+        "--tactics",
+        "BP('batch')",
+        "MP(axis='model')",
+        "--json",
+    )
+    assert code == 0, err
+    assert json.loads(from_tactics)["estimate"] == json.loads(from_file)["estimate"]
+    # selectors as keyword arguments, for models whose names differ from the defaults
+    code, out, err = run(
+        capsys,
+        "plan",
+        "--model",
+        "mlp:small",
+        "--mesh",
+        "batch=2,model=4",
+        "--tactics",
+        "BP('batch')",
+        "MP('model', hidden='params/layers/0/w')",
+    )
+    assert code == 0, err
+    assert "hidden='params/layers/0/w'" in out
+
+
+def test_mesh_may_repeat_the_files_mesh(saved, capsys):
+    _, path = saved
+    code, _, err = run(
+        capsys, "plan", "--model", "lm", "--strategy", path, "--mesh", "batch=2,model=4"
+    )
+    assert code == 0, err
+
+
+def test_the_example_strategy_loads(saved, capsys):
+    assert EXAMPLE.read_text() == saved[1].read_text()  # what Session.save writes today
+    session = wb.Session.load(lm_tiny(), EXAMPLE)
+    assert session.mesh == MESH and session.history == (wb.BP("batch"), wb.MP("model"))
+    code, out, _ = run(capsys, "plan", "--model", "lm:small", "--strategy", EXAMPLE)
+    assert code == 0 and "all-reduce" in out
+
+
+def test_models_lists_the_zoo(capsys):
+    code, out, _ = run(capsys, "models")
+    assert code == 0
+    for line in ("lm:tiny", "20,800", "lm_scan:huge", "mlp:small", "gnn:large"):
+        assert line in out
+
+
+def test_hardware_lists_the_presets(capsys):
+    code, out, _ = run(capsys, "hardware")
+    assert code == 0
+    for preset in hw.PRESETS:
+        assert preset in out
+    assert "h100" in out and "tpu_v5e" in out and "nvlink 450 GB/s" in out
+
+
+SAVED = object()  # the saved strategy file's path
+
+
+class Text(str):
+    """A file holding this text."""
+
+
+def file_arg(arg, saved_path, tmp_path):
+    """``SAVED``, a ``Text`` or a schedule (list) as a file path; anything else as it is."""
+    if arg is SAVED:
+        return saved_path
+    if isinstance(arg, list):
+        mesh = {"batch": 2, "model": 4}
+        arg = Text(json.dumps({"format": "workbench-strategy/1", "mesh": mesh, "schedule": arg}))
+    if isinstance(arg, Text):
+        path = tmp_path / "bad.json"
+        path.write_text(arg)
+        return path
+    return arg
+
+
+LM = ["--model", "lm"]
+TACTICS = ["--model", "lm", "--mesh", "batch=2", "--tactics"]
+CODE_SELECTOR = "__import__('os').system('exit 1')"
+BAD = {
+    "unknown model": (
+        ["--model", "transformer", "--strategy", SAVED],
+        ["--model 'transformer'", "no model 'transformer'", "'lm'", "workbench models"],
+    ),
+    "unknown preset": (
+        ["--model", "lm:medium", "--strategy", SAVED],
+        ["--model 'lm:medium'", "no preset 'medium'", "'small'"],
+    ),
+    "malformed mesh": (
+        [*LM, "--mesh", "batch:2,model:4"],
+        ["--mesh 'batch:2,model:4'", "is not AXIS=SIZE", "batch=2,model=4"],
+    ),
+    "zero-sized mesh axis": (
+        [*LM, "--mesh", "batch=0", "--tactics", "BP('batch')"],
+        ["--mesh 'batch=0'", "size 0", "positive integer"],
+    ),
+    "no mesh": (LM, ["plan needs a mesh", "--mesh batch=2,model=4"]),
+    "mesh disagrees with the file": (
+        [*LM, "--strategy", SAVED, "--mesh", "batch=4,model=2"],
+        ["--mesh 'batch=4,model=2' disagrees", "batch=2,model=4", "drop --mesh"],
+    ),
+    "unknown hardware": (
+        [*LM, "--strategy", SAVED, "--hardware", "h1000"],
+        ["--hardware 'h1000' is not a preset", "h100", "tpu_v5e", "workbench hardware"],
+    ),
+    "bad overlap": (
+        [*LM, "--strategy", SAVED, "--overlap", "half"],
+        ["--overlap 'half'", "'none', 'full'", "0 to 1"],
+    ),
+    "missing strategy file": (
+        [*LM, "--strategy", "missing.json"],
+        ["'missing.json'", "No such file", "Session.save"],
+    ),
+    "not JSON": ([*LM, "--strategy", Text("{oops")], ["cannot read it as a JSON strategy"]),
+    "not a strategy": ([*LM, "--strategy", Text('{"a": 1}')], ['"format": "workbench-strategy/1"']),
+    "unknown tactic in the file": (
+        [*LM, "--strategy", [{"tactic": "exec"}]],
+        ["schedule[0] names tactic 'exec'", "'BP'"],
+    ),
+    "tactic fails on the model": (
+        [*LM, "--strategy", [{"tactic": "BP", "axis": "data"}]],
+        ["bad.json' on lm:", "axis 'data' is not in Mesh(batch=2, model=4)", "'batch'"],
+    ),
+    "code in a selector stays a string": (
+        [
+            *LM,
+            "--strategy",
+            [{"tactic": "Tile", "selector": CODE_SELECTOR, "dim": 0, "axis": "batch"}],
+        ],
+        [CODE_SELECTOR, "matches"],
+    ),
+    "a field of the wrong type": (
+        [*LM, "--strategy", [{"tactic": "SP", "axis": "model", "inside": 3}]],
+        ["applying it failed", "TypeError", "fields"],
+    ),
+    "named strategy fails on the model": (
+        ["--model", "mlp", "--mesh", "batch=2,model=4", "--tactics", "MP('model')"],
+        ["--tactics on mlp: MP('model'): neither", "hidden="],
+    ),
+    "tactics that are not a call": (
+        [*TACTICS, "__import__('os').getcwd()"],
+        ["is not a tactic call", "BP('batch')"],
+    ),
+    "tactics with code in an argument": (
+        [*TACTICS, "BP(open('x').read())"],
+        ["arguments must be literals"],
+    ),
+    "unknown tactic on the command line": (
+        [*TACTICS, "DP('batch')"],
+        ["names no known tactic 'DP'", "BP, EMB"],
+    ),
+    "unknown field on the command line": (
+        [*TACTICS, "BP('batch', size=2)"],
+        ["BP has no field 'size'", "axis, inputs, dim"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_exits_2_with_a_message(case, saved, tmp_path, capsys):
+    argv, expected = BAD[case]
+    code, out, err = run(capsys, "plan", *(file_arg(a, saved[1], tmp_path) for a in argv))
+    assert code == 2 and out == ""
+    assert err.startswith("workbench plan: error: ") and "Traceback" not in err
+    for text in expected:
+        assert text in err
+
+
+def test_usage_errors_exit_2(capsys):
+    assert run(capsys, "plan", "--strategy", "x.json")[0] == 2  # no --model
+    assert run(capsys, "plan", "--model", "lm", "--top", "many")[0] == 2
+    code, _, err = run(capsys, "simulate")
+    assert code == 2 and "invalid choice: 'simulate'" in err
+    assert run(capsys, "--help")[0] == 0
+
+
+def test_the_entry_point_runs(saved):
+    """The console script (or ``python -m workbench.cli`` where it is not installed)."""
+    script = Path(sys.executable).parent / "workbench"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "workbench.cli"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [*command, "plan", "--model", "lm:tiny", "--strategy", str(EXAMPLE), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["estimate"]["step_s"] == estimate(EXAMPLE).step_s
+    bad = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "plan", "--model", "lm:nope", "--mesh", "a=2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert bad.returncode == 2 and "no preset 'nope'" in bad.stderr
+    assert "Traceback" not in bad.stderr
