@@ -28,7 +28,9 @@ def test_quick_calibration_is_plausible(measured):
     assert 1e6 < measured.hbm_bandwidth < 1e12
     assert 1e8 < measured.memory_bytes < 1e13
     (link,) = measured.links
-    assert 1e5 < link.bandwidth < 1e12
+    assert 1e5 < link.bandwidth <= measured.hbm_bandwidth  # it copies through memory
+    for _, bandwidth, latency in link.kinds:
+        assert 1e5 < bandwidth <= measured.hbm_bandwidth and 0 <= latency < 1e-2
     assert 0 <= link.latency < 1e-2
     kind = jax.devices()[0].device_kind
     for key in ("flops.float32", "hbm_bandwidth", f"links.{link.name}.bandwidth"):
@@ -40,7 +42,8 @@ def test_calibrated_spec_prices_collectives(measured):
     mesh = Mesh({"d": n})
     (link,) = measured.links
     t = hw.collective_time("all-reduce", 1 << 20, ("d",), mesh, measured)
-    assert t == pytest.approx(hw.all_reduce_time(1 << 20, n, link.bandwidth, link.latency))
+    bandwidth, latency = link.figures_for("all-reduce")
+    assert t == pytest.approx(hw.all_reduce_time(1 << 20, n, bandwidth, latency))
     assert 0 < t < 10
     assert measured.peak_flops("bfloat16") > 0  # measured, or the float32 fallback
 

@@ -116,3 +116,14 @@ def test_against_what_xla_compiles(model, strategy):
     # XLA also counts one flop per element an all-reduce adds up
     ours += sum(c.bytes // c.src.dtype.itemsize for c in s.collectives() if c.kind == "all-reduce")
     assert ours == pytest.approx(xla, rel=0.02)
+
+
+def test_estimates_on_several_specs_do_not_mix():
+    """Times priced on one spec are never reused for another on the same program."""
+    ex = build("lm", "tiny")
+    schedule = [wb.BP("batch"), wb.MP("model")]
+    mesh = wb.Mesh({"batch": 2, "model": 4})
+    shared = wb.Session(wb.capture(ex.fn, *ex.args), mesh, schedule)
+    for chip in (hw.CPU, hw.H100, hw.CPU, hw.TPU_V5E):
+        fresh = wb.Session(wb.capture(ex.fn, *ex.args), mesh, schedule).estimate(chip)
+        assert shared.estimate(chip).compute_s == fresh.compute_s

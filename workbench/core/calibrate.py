@@ -1,18 +1,34 @@
 """Measure the attached devices and return a `Hardware` with what was measured.
 
-``calibrate()`` runs three microbenchmarks on every device at once (under
-``jax.shard_map`` over a one-axis mesh of the devices), so each figure is what one
-device gets while all of them are busy, as in a partitioned step:
+``calibrate()`` runs its microbenchmarks on every device at once (under ``jax.shard_map``
+over a mesh of all the devices), so each figure is what one device gets while all of them
+are busy, as in a partitioned step (8 virtual CPU devices sharing two cores each get a
+quarter of a core):
 
 - **matmul FLOP/s** per dtype (float32 and bfloat16 where the backend runs them): an
   n x n @ n x n product on each device, n sized from a probe so one run takes about
   ``target_s``; the median of several timed runs after a warm-up, 2 n^3 FLOPs each.
-- **memory bandwidth**: ``x + 1`` over a large array on each device (read + write).
-- **collective bandwidth and latency** (two or more devices): ``psum`` and
-  ``all_gather`` at several sizes; the times, less the dispatch time of a trivial
-  program, are fitted to the ring formulas of `hardware` (all-reduce
-  2(n-1)/n * bytes/bw + 2(n-1) * lat, all-gather half that) by least squares on
-  relative error, so the spec prices collectives with the same formulas it was fitted with.
+- **kernel overhead** (``op_overhead``): chains of k tiny dependent steps
+  (``v * 0.5 + max(v)``, which no compiler fuses into one kernel) for several k; the
+  time per kernel is the least-squares slope of time against the number of kernels the
+  compiled program launches (counted in its HLO).
+- **memory bandwidth**: ``x + 1`` (one read, one write) at several sizes per device;
+  the bandwidth is the least-squares slope of time against bytes, so the fixed cost of a
+  launch is the intercept and not part of it. Sizes span what the ops of a partitioned
+  step touch (a quarter to 16 MiB per device in full mode).
+- **transpose bandwidth**: a transposing write as compilers emit one, fused into the op
+  that makes the value (``(x * 0.5 + 1).T`` on square arrays), the median over sizes:
+  the layout copies a matmul operand in the wrong order or a collective along a
+  non-leading dimension needs (see ``simulator``).
+- **collectives** (two or more devices): all-reduce, all-gather, reduce-scatter,
+  all-to-all and collective-permute at several sizes, over groups of 2, 4, ... devices
+  (every group at once, as the axes of a mesh run), each less the dispatch time of a
+  trivial program, fitted per kind to the formulas of `hardware` (ring all-reduce
+  2(n-1)/n * bytes/bw + 2(n-1) * lat, all-gather and reduce-scatter half that, all-to-all
+  (n-1)/n * bytes/bw + (n-1) * lat, permute bytes/bw + lat) by least squares on relative
+  error. The link's own figures are the fit of all-reduce and all-gather together; each
+  kind's fit is kept in ``Link.kinds``, so the spec prices every collective with the
+  formula it was fitted with.
 
 ``quick=True`` keeps everything small (a few seconds; cache-sized arrays, so memory
 bandwidth reads high) for tests. On CPU the figures describe virtual devices sharing
@@ -24,6 +40,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import re
 import statistics
 import time
 from collections.abc import Sequence
@@ -35,14 +52,14 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from workbench.core.hardware import Hardware, Link
+from workbench.core.hardware import KINDS, Hardware, Link
 
 
 @dataclass(frozen=True, slots=True)
 class Sample:
     """One timed collective: its kind, group size, bytes (per device, as in `hardware`), seconds."""
 
-    kind: str  # "all-reduce" or "all-gather"
+    kind: str  # one of hardware.KINDS
     n: int
     nbytes: float
     seconds: float
@@ -81,24 +98,54 @@ def calibrate(
             f"{size} x {size} matmul per device, all devices at once, median"
         )
 
-    hbm, hbm_bytes = measure_memory_bandwidth(mesh, quick=quick)
+    overhead, dispatch, chains = measure_op_overhead(mesh, quick=quick)
+    if overhead > 0:
+        sources["op_overhead"] = measured(
+            f"chains of {chains} tiny dependent kernels per device, slope of time against "
+            f"kernels launched ({dispatch * 1e6:.0f} us dispatch per program as intercept)"
+        )
+    hbm, hbm_sizes = measure_memory_bandwidth(mesh, quick=quick)
     sources["hbm_bandwidth"] = measured(
-        f"x + 1 over {hbm_bytes >> 20} MiB per device (read + write)"
+        f"x + 1 over {_sizes(hbm_sizes)} per device (read + write), slope of time against bytes"
+    )
+    transpose, t_sizes = measure_transpose_bandwidth(mesh, quick=quick, dispatch=dispatch)
+    sources["transpose_bandwidth"] = measured(
+        f"(x * 0.5 + 1).T over {_sizes(t_sizes)} per device (read + write), median, "
+        "dispatch subtracted"
     )
     memory, memory_how = _memory_capacity(devices)
     sources["memory_bytes"] = f"{memory_how} on {where}"
 
     link_name = "host" if platform == "cpu" else "interconnect"
+    per_kind = ()
     if collectives and n > 1:
-        samples, overhead = measure_collectives(mesh, quick=quick)
-        bandwidth, latency = fit_link(samples)
+        samples, coll_overhead = measure_collectives(mesh, quick=quick)
+        base = [s for s in samples if s.kind in ("all-reduce", "all-gather")]
+        # a collective copies through memory: where dispatch noise swamps the transfer
+        # (small arrays, devices sharing a host), the fit is capped at the memory bandwidth
+        bandwidth, latency = fit_link(base)
+        bandwidth = min(bandwidth, hbm)
         sizes = sorted({int(s.nbytes) for s in samples})
+        groups = sorted({s.n for s in samples})
         how = (
-            f"psum and all_gather of {sizes[0] >> 10}-{sizes[-1] >> 10} KiB per device, "
-            f"fitted to the ring formulas; {overhead * 1e6:.0f} us dispatch subtracted"
+            f"{{kinds}} of {sizes[0] >> 10}-{sizes[-1] >> 10} KiB per device over groups of "
+            f"{', '.join(map(str, groups))} devices, fitted to the formulas of "
+            f"workbench.core.hardware; {coll_overhead * 1e6:.0f} us dispatch subtracted; "
+            "bandwidth at most the memory bandwidth"
         )
-        sources[f"links.{link_name}.bandwidth"] = measured(how)
-        sources[f"links.{link_name}.latency"] = measured(how)
+        sources[f"links.{link_name}.bandwidth"] = measured(
+            how.format(kinds="all-reduce and all-gather")
+        )
+        sources[f"links.{link_name}.latency"] = sources[f"links.{link_name}.bandwidth"]
+        fits = []
+        for k in KINDS:
+            mine = [s for s in samples if s.kind == k]
+            if mine:
+                bw, lat = fit_link(mine)
+                fits.append((k, min(bw, hbm), lat))
+                for fig in ("bandwidth", "latency"):
+                    sources[f"links.{link_name}.{k}.{fig}"] = measured(how.format(kinds=k))
+        per_kind = tuple(fits)
     else:
         bandwidth, latency = hbm, 0.0
         note = "not measured (one device, or collectives=False): set to the memory bandwidth"
@@ -110,12 +157,18 @@ def calibrate(
         flops=flops,
         hbm_bandwidth=hbm,
         memory_bytes=memory,
-        links=(Link(link_name, bandwidth, latency),),
+        links=(Link(link_name, bandwidth, latency, kinds=per_kind),),
         devices_per_node=n,
         sources=sources,
         notes=f"Measured on {where} at {when}."
         + (f" Matmul not measured for {', '.join(skipped)}." if skipped else ""),
+        op_overhead=overhead,
+        transpose_bandwidth=transpose,
     )
+
+
+def _sizes(nbytes: Sequence[int]) -> str:
+    return ", ".join(f"{b / 2**20:g} MiB" for b in nbytes)
 
 
 # -- microbenchmarks ------------------------------------------------------------------------------
@@ -164,53 +217,161 @@ def measure_matmul(mesh, dtype="float32", *, quick=False, target_s=None) -> tupl
     return 2.0 * n**3 / t, n
 
 
-def measure_memory_bandwidth(mesh, *, quick=False) -> tuple[float, int]:
-    """Per-device bytes/s of ``x + 1`` (one read, one write), and the bytes per device."""
-    nbytes = (4 if quick else 64) << 20
-    x = _filled(mesh, (nbytes // 4,), jnp.float32)
-    t = median_time(_per_device(mesh, lambda v: v + 1.0), x, repeats=3 if quick else 5)
-    return 2 * nbytes / t, nbytes
+def fit_slope(sizes: Sequence[float], seconds: Sequence[float]) -> float:
+    """Seconds per unit of ``sizes`` (least squares, with an intercept for fixed costs).
+
+    Falls back to the largest sample's seconds / size where noise makes the slope
+    non-positive.
+    """
+    x, t = np.asarray(sizes, float), np.asarray(seconds, float)
+    if len(x) >= 2 and np.ptp(x) > 0:
+        slope = float(np.polyfit(x, t, 1)[0])
+        if slope > 0:
+            return slope
+    big = int(np.argmax(x))
+    return float(t[big] / x[big])
+
+
+def measure_memory_bandwidth(mesh, *, quick=False) -> tuple[float, list[int]]:
+    """Per-device bytes/s of ``x + 1`` (one read, one write): the slope over several sizes."""
+    sizes = [256 << 10, 1 << 20] if quick else [256 << 10, 1 << 20, 4 << 20, 16 << 20]
+    fn = _per_device(mesh, lambda v: v + 1.0)
+    times = []
+    for nbytes in sizes:
+        x = _filled(mesh, (nbytes // 4,), jnp.float32)
+        times.append(median_time(fn, x, repeats=5 if quick else 9))
+    return 1.0 / fit_slope([2 * b for b in sizes], times), sizes
+
+
+def measure_transpose_bandwidth(mesh, *, quick=False, dispatch=0.0) -> tuple[float, list[int]]:
+    """Per-device bytes/s of a transposing copy as compilers emit one, fused into the op
+    that makes the value (``(x * 0.5 + 1).T`` on square float32 arrays): bytes read and
+    written / (time - ``dispatch``, the fixed cost of running a program), the median over
+    sizes (transposes slow down sharply once they leave the caches)."""
+    sides = [128, 256] if quick else [256, 512, 1024]
+    fn = _per_device(mesh, lambda v: (v * 0.5 + 1.0).T)
+    rates = []
+    for m in sides:
+        x = _filled(mesh, (m, m), jnp.float32)
+        t = median_time(fn, x, repeats=5 if quick else 9)
+        rates.append(2 * 4 * m * m / max(t - dispatch, t / 2))
+    return statistics.median(rates), [4 * m * m for m in sides]
+
+
+_TRIVIAL_HLO = frozenset(
+    {"parameter", "constant", "bitcast", "tuple", "get-tuple-element", "after-all",
+     "partition-id", "replica-id"}
+)  # fmt: skip
+
+
+def count_kernels(hlo_text: str) -> int:
+    """Instructions of a compiled HLO module's entry computation that launch work: every
+    instruction but parameters, constants, bitcasts and tuple plumbing."""
+    entry = hlo_text[hlo_text.index("\nENTRY") :] if "\nENTRY" in hlo_text else hlo_text
+    n = 0
+    for line in entry.splitlines()[1:]:
+        m = re.search(r"= (?:\([^=]*\)|\S+) ([a-z][a-z0-9\-]*)\(", line)
+        n += bool(m) and m.group(1) not in _TRIVIAL_HLO
+    return n
+
+
+def measure_op_overhead(mesh, *, quick=False) -> tuple[float, float, str]:
+    """Seconds per kernel launched, the dispatch time of a program, and the chain lengths.
+
+    Chains of k dependent ``v * 0.5 + max(v)`` steps on 8 elements per device (a reduction
+    then an elementwise op: no compiler fuses the chain into one kernel); the per-kernel
+    time is the least-squares slope of time against the kernels the compiled program has.
+    """
+    lengths = (1, 32) if quick else (1, 16, 48)
+    x = _filled(mesh, (8,), jnp.float32)
+    kernels, times = [], []
+    for k in lengths:
+
+        def body(v, k=k):
+            for _ in range(k):
+                v = v * 0.5 + jnp.max(v)
+            return v
+
+        compiled = _per_device(mesh, body).lower(x).compile()
+        kernels.append(count_kernels(compiled.as_text()))
+        times.append(median_time(compiled, x, repeats=7 if quick else 11))
+    if max(kernels) == min(kernels):  # everything fused: nothing to measure
+        return 0.0, min(times), "/".join(map(str, lengths))
+    slope, intercept = np.polyfit(np.asarray(kernels, float), np.asarray(times, float), 1)
+    return max(float(slope), 0.0), max(float(intercept), 0.0), "/".join(map(str, lengths))
 
 
 def measure_collectives(mesh, *, quick=False) -> tuple[list[Sample], float]:
-    """Timed psum and all_gather over all devices at several sizes, dispatch subtracted."""
-    n = mesh.devices.size
-    repeats = 3 if quick else 7
-    sizes = [16 << 10, 256 << 10, 1 << 20] if quick else [16 << 10, 256 << 10, 4 << 20, 16 << 20]
+    """Every collective kind at several sizes over groups of 2, 4, ... devices, every group
+    at once (as a mesh axis runs), less the dispatch time of a trivial program. Bytes follow
+    the convention of `hardware` (all-gather: the gathered output; the rest: the input)."""
+    devices = mesh.devices.reshape(-1)
+    n = devices.size
+    repeats = 5 if quick else 9
+    sizes = [16 << 10, 256 << 10] if quick else [64 << 10, 1 << 20, 8 << 20]
+    groups = [g for g in (2, 4, 8, 16, 32, 64) if g < n and n % g == 0] + [n]
+    if quick:
+        groups = sorted({groups[0], n})
     tiny = _filled(mesh, (8,), jnp.float32)
     overhead = median_time(_per_device(mesh, lambda v: v + 1.0), tiny, repeats=repeats)
-    psum = _per_device(mesh, lambda v: jax.lax.psum(v, "d"))
-    gather = jax.jit(
-        jax.shard_map(
-            lambda v: jax.lax.all_gather(v, "d", tiled=True),
-            mesh=mesh,
-            in_specs=P("d"),
-            out_specs=P(),  # every device holds the gathered array
-            check_vma=False,
-        )
-    )
     samples = []
-    for nbytes in sizes:
-        x = _filled(mesh, (nbytes // 4,), jnp.float32)
-        t = median_time(psum, x, repeats=repeats)
-        samples.append(Sample("all-reduce", n, nbytes, max(t - overhead, 1e-9)))
-        part = _filled(mesh, (max(nbytes // 4 // n, 1),), jnp.float32)  # gathers to nbytes
-        t = median_time(gather, part, repeats=repeats)
-        samples.append(Sample("all-gather", n, part.nbytes, max(t - overhead, 1e-9)))
+    for g in groups:
+        sub = jax.sharding.Mesh(devices.reshape(n // g, g), ("r", "g"))
+        ops = {
+            "all-reduce": lambda v: jax.lax.psum(v, "g"),
+            "all-gather": lambda v: jax.lax.all_gather(v, "g", tiled=True),
+            "reduce-scatter": lambda v: jax.lax.psum_scatter(v, "g", tiled=True),
+            "all-to-all": lambda v: jax.lax.all_to_all(v, "g", 0, 0, tiled=True),
+            "collective-permute": lambda v, g=g: jax.lax.ppermute(
+                v, "g", [(i, (i + 1) % g) for i in range(g)]
+            ),
+        }
+        spec = P(("r", "g"))
+        for kind, op in ops.items():
+            fn = jax.jit(
+                jax.shard_map(op, mesh=sub, in_specs=spec, out_specs=spec, check_vma=False)
+            )
+            for nbytes in sizes:
+                # all-gather: each device holds 1/g of what it gathers (nbytes)
+                elems = nbytes // 4 // (g if kind == "all-gather" else 1)
+                x = jax.jit(
+                    lambda e=elems: jnp.ones((n * e,), jnp.float32),
+                    out_shardings=NamedSharding(sub, spec),
+                )()
+                t = median_time(fn, x, repeats=repeats)
+                samples.append(
+                    Sample(
+                        kind,
+                        g,
+                        4 * elems * (g if kind == "all-gather" else 1),
+                        max(t - overhead, 1e-9),
+                    )
+                )
     return samples, overhead
 
 
-def fit_link(samples: Sequence[Sample]) -> tuple[float, float]:
-    """(bandwidth, latency) that best explain the samples by the ring formulas.
+#: Per kind: (latency steps, bandwidth factor on bytes) for a group of n, the formulas of
+#: `hardware` on a switch (the topology calibrate measures).
+_TERMS = {
+    "all-reduce": lambda n: (2 * (n - 1), 2 * (n - 1) / n),
+    "all-gather": lambda n: (n - 1, (n - 1) / n),
+    "reduce-scatter": lambda n: (n - 1, (n - 1) / n),
+    "all-to-all": lambda n: (n - 1, (n - 1) / n),
+    "collective-permute": lambda n: (1, 1.0),
+}
 
-    Least squares on relative error of ``t = latency * steps + bytes_factor / bandwidth``;
-    a negative latency is refitted as zero, a non-positive slope falls back to the
-    largest sample's bytes / time.
+
+def fit_link(samples: Sequence[Sample]) -> tuple[float, float]:
+    """(bandwidth, latency) that best explain the samples by the formulas of `hardware`.
+
+    Least squares on relative error of ``t = latency * steps + bytes * factor / bandwidth``
+    (steps and factor per kind, see ``_TERMS``); a negative latency is refitted as zero, a
+    non-positive slope falls back to the largest sample's bytes / time.
     """
     rows, t = [], []
     for s in samples:
-        f = 2 if s.kind == "all-reduce" else 1
-        rows.append((f * (s.n - 1), f * (s.n - 1) / s.n * s.nbytes))
+        steps, factor = _TERMS[s.kind](s.n)
+        rows.append((steps, factor * s.nbytes))
         t.append(s.seconds)
     a, t = np.array(rows, float), np.array(t, float)
     w = 1.0 / t  # relative error: small and large sizes weigh alike

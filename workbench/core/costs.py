@@ -141,8 +141,12 @@ def itemsize(dtype) -> int:
         return int(getattr(dtype, "itemsize", 4))  # JAX extended dtypes (PRNG keys)
 
 
-def _nbytes(t: TensorType) -> int:
+def tensor_bytes(t: TensorType) -> int:
+    """Bytes of one tensor (elements x itemsize)."""
     return _elems(t) * itemsize(t.dtype)
+
+
+_nbytes = tensor_bytes
 
 
 def _io(operands, results) -> int:

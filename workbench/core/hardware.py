@@ -6,6 +6,16 @@ bandwidth, latency, topology)`: ``links[0]`` joins the devices of one node (TPU 
 inside a slice, GPU NVLink), ``links[-1]`` joins nodes (TPU DCN, GPU InfiniBand).
 Every figure of a preset names its source in ``sources``, quoted as written there.
 
+**Beyond the roofline** (figures a spec may leave out; ``calibrate()`` measures them):
+``op_overhead`` is the fixed time each kernel costs on top of its roofline (launch,
+dispatch, synchronisation between kernels: a few microseconds on GPUs and CPUs), which
+dominates programs of many tiny ops; ``transpose_bandwidth`` is what a layout-changing
+copy (a transpose of the minor dimension) achieves, which on CPUs can be several times
+below streaming bandwidth; a `Link` may carry measured figures per collective kind
+(``kinds``) where one (bandwidth, latency) pair does not describe every algorithm the
+runtime uses. Presets leave these at their neutral values (0; the HBM bandwidth; the
+link's own figures): no vendor publishes them as such.
+
 **Which link a mesh axis uses** (`Hardware.link`): an explicit mapping set with
 ``with_axis_links({"model": "nvlink"})`` wins; otherwise a node is filled from the
 minor-most mesh axes (the last in mesh order) while their cumulative size fits
@@ -79,14 +89,39 @@ class HardwareError(WorkbenchError, ValueError):
 class Link:
     """One interconnect level: per-device egress bandwidth (bytes/s, one direction),
     latency per collective step (s), and topology ("switch": any device reaches any
-    other in one hop; "torus": neighbours only, as TPU ICI)."""
+    other in one hop; "torus": neighbours only, as TPU ICI). ``kinds`` optionally holds
+    measured ``(kind, bandwidth, latency)`` triples that replace the two figures for one
+    collective kind (see `figures_for`)."""
 
     name: str
     bandwidth: float
     latency: float
     topology: str = "switch"
+    kinds: tuple[tuple[str, float, float], ...] = ()
+
+    def figures_for(self, kind: str) -> tuple[float, float]:
+        """``(bandwidth, latency)`` collectives of ``kind`` get on this link."""
+        for k, bandwidth, latency in self.kinds:
+            if k == kind:
+                return bandwidth, latency
+        return self.bandwidth, self.latency
 
     def __post_init__(self):
+        object.__setattr__(self, "kinds", tuple(tuple(k) for k in self.kinds))
+        for entry in self.kinds:
+            ok = (
+                len(entry) == 3
+                and entry[0] in KINDS
+                and _positive(entry[1])
+                and _finite_nonneg(entry[2])
+            )
+            if not ok:
+                raise HardwareError(
+                    f"link {self.name!r} has per-kind figures {entry!r}; give "
+                    f"(kind, bandwidth bytes/s > 0, latency s >= 0) with kind one of {KINDS}."
+                )
+        if len({k for k, _, _ in self.kinds}) != len(self.kinds):
+            raise HardwareError(f"link {self.name!r} lists a collective kind twice: {self.kinds}.")
         if not (self.name and isinstance(self.name, str)):
             raise HardwareError(f"a link needs a name, e.g. 'nvlink'; got {self.name!r}.")
         if not (_positive(self.bandwidth) and _finite_nonneg(self.latency)):
@@ -114,6 +149,8 @@ class Hardware:
     sources: dict[str, str] = field(default_factory=dict)  # figure key -> where it comes from
     axis_links: tuple[tuple[str, str], ...] = ()  # explicit (mesh axis, link name) choices
     notes: str = ""
+    op_overhead: float = 0.0  # seconds each kernel costs beyond its roofline (launch, dispatch)
+    transpose_bandwidth: float | None = None  # bytes/s of a transposing copy; None: hbm_bandwidth
 
     def __post_init__(self):
         flops = {dtype_name(k): v for k, v in dict(self.flops).items()}
@@ -147,9 +184,34 @@ class Hardware:
             )
         for _, link_name in self.axis_links:
             self._link_named(link_name)
+        if not _finite_nonneg(self.op_overhead):
+            raise HardwareError(
+                f"hardware {self.name!r} has op_overhead={self.op_overhead!r}; it must be a "
+                "non-negative number of seconds per kernel (0 to ignore launch overhead)."
+            )
+        if self.transpose_bandwidth is not None and not _positive(self.transpose_bandwidth):
+            raise HardwareError(
+                f"hardware {self.name!r} has transpose_bandwidth={self.transpose_bandwidth!r}; "
+                "it must be a positive number of bytes/s, or None for the HBM bandwidth."
+            )
 
     def __hash__(self):
-        return hash((self.name, tuple(sorted(self.flops.items())), self.links, self.axis_links))
+        return hash(
+            (
+                self.name,
+                tuple(sorted(self.flops.items())),
+                self.links,
+                self.axis_links,
+                self.op_overhead,
+                self.transpose_bandwidth,
+            )
+        )
+
+    @property
+    def copy_bandwidth(self) -> float:
+        """Bytes/s of a transposing (layout-changing) copy: ``transpose_bandwidth`` if
+        measured, else the HBM bandwidth."""
+        return self.transpose_bandwidth or self.hbm_bandwidth
 
     def __str__(self):
         peak = ", ".join(f"{k} {v:.3g}" for k, v in self.flops.items())
@@ -168,7 +230,14 @@ class Hardware:
         for x in self.links:
             out[f"links.{x.name}.bandwidth"] = x.bandwidth
             out[f"links.{x.name}.latency"] = x.latency
+            for kind, bandwidth, latency in x.kinds:
+                out[f"links.{x.name}.{kind}.bandwidth"] = bandwidth
+                out[f"links.{x.name}.{kind}.latency"] = latency
         out["devices_per_node"] = self.devices_per_node
+        if self.op_overhead:  # listed only when set: presets leave it at 0
+            out["op_overhead"] = self.op_overhead
+        if self.transpose_bandwidth is not None:
+            out["transpose_bandwidth"] = self.transpose_bandwidth
         return out
 
     def peak_flops(self, dtype=None) -> float:
@@ -314,6 +383,13 @@ def permute_time(nbytes: float, bandwidth: float, latency: float) -> float:
     return nbytes / bandwidth + latency
 
 
+def _for_kind(link: Link, kind: str) -> Link:
+    if not link.kinds:
+        return link
+    bandwidth, latency = link.figures_for(kind)
+    return Link(link.name, bandwidth, latency, link.topology)
+
+
 def collective_time(
     kind: str,
     nbytes: float,
@@ -331,7 +407,8 @@ def collective_time(
         return 0.0
     if len(set(axes)) != len(axes):
         raise HardwareError(f"a collective runs over each mesh axis once; got axes {axes}.")
-    links = [hardware.link(mesh, a) for a in axes]
+    # each link's figures for this kind of collective (its own, unless measured per kind)
+    links = [_for_kind(hardware.link(mesh, a), kind) for a in axes]
     if kind == "collective-permute":
         slowest = min(links, key=lambda x: x.bandwidth)
         return permute_time(nbytes, slowest.bandwidth, max(x.latency for x in links))

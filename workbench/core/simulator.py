@@ -1,8 +1,19 @@
 """The simulator: one step's time and memory per device, from the plan, on a hardware spec.
 
 - compute: per op a roofline (``costs.op_cost`` on the local shapes the plan runs it at,
-  ``costs.op_time`` on the hardware), times the loop trips around it;
-- communication: per collective of the plan, ``hardware.collective_time`` times its count;
+  ``costs.op_time`` on the hardware), times the loop trips around it. Like a compiler, it
+  runs elementwise chains as one kernel: a value kept inside a fused kernel (see
+  ``FUSIBLE``) is neither written by the op that makes it nor read by the ops that use
+  it, and only the op that writes a value to memory launches a kernel; renames and
+  reshapes (``FREE``) are bitcasts and cost nothing. Each kernel costs
+  ``hardware.op_overhead`` on top of its roofline, and so does each local step of a
+  redistribution (a slice or mask, priced like a copy of what it keeps) and each
+  transposed copy of a matmul or convolution operand in the wrong order (the copies the
+  memory model holds; read and written at ``hardware.copy_bandwidth``);
+- communication: per collective of the plan, ``hardware.collective_time`` times its count,
+  plus the copies the runtime makes around it (``layout_copies``): a gather or scatter
+  along a dimension that is not the leading one runs on a transposed copy (input and
+  output, at ``hardware.copy_bandwidth``);
 - step time under an overlap policy: "none" (compute + communication), "full"
   (the larger of the two) or a fraction of communication hidden behind compute;
 - peak memory per device from liveness in program order: every layout a value is held in
@@ -18,11 +29,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from workbench.core.collectives import KINDS, Collective
-from workbench.core.costs import OpCost, op_cost, op_time
+from workbench.core.costs import OpCost, op_cost, op_time, tensor_bytes
 from workbench.core.hardware import Hardware, collective_time
 from workbench.core.mesh import Mesh
 from workbench.core.redistribute import layout_key
@@ -47,6 +59,27 @@ FUSIBLE = frozenset(
 )  # fmt: skip
 FUSING_READERS = FUSIBLE | {"reduce_sum", "reduce_max", "reduce_min", "argmax", "argmin"}
 COPYING = frozenset({"dot_general", "conv_general_dilated"})
+
+#: Ops that compile to no kernel: renames, and reshapes of row-major arrays (bitcasts).
+FREE = frozenset({"name", "reshape", "squeeze", "expand_dims", "stop_gradient", "pvary"})
+
+
+def layout_copies(c: Collective, mesh: Mesh) -> tuple[float, int]:
+    """``(bytes, kernels)`` of the transposed copies the runtime makes around collective
+    ``c`` (bytes read plus written).
+
+    Collectives move contiguous blocks. A gather or scatter whose dimension has a
+    non-trivial dimension before it (in the local shape) runs on a copy laid out with that
+    dimension leading: its input is transposed into that layout and its output back (XLA's
+    layout assignment, checked on CPU): the gathered or scattered array plus its 1/n
+    shard, each read and written once.
+    """
+    if c.kind in ("all-gather", "reduce-scatter") and c.dim is not None:
+        shape = (c.dst if c.kind == "all-gather" else c.src).local_shape(mesh)
+        if math.prod(shape[: c.dim]) > 1:
+            n = math.prod(mesh.axis_size(a) for a in c.axes)
+            return 2.0 * c.bytes * (1 + 1 / n), 2
+    return 0.0, 0
 
 
 def copied_operands(op, ranks) -> tuple[int, ...]:
@@ -78,9 +111,10 @@ def copied_operands(op, ranks) -> tuple[int, ...]:
 @dataclass(frozen=True, slots=True)
 class OpEstimate:
     op: int
-    cost: OpCost  # per run, on one device
+    cost: OpCost  # per run, on one device (bytes: what touches memory once fused)
     seconds: float  # per run
     count: int  # runs per step
+    kernel: bool = True  # whether it launches a kernel (not fused into another, not free)
 
     @property
     def total_s(self) -> float:
@@ -90,7 +124,8 @@ class OpEstimate:
 @dataclass(frozen=True, slots=True)
 class CollectiveEstimate:
     collective: Collective
-    seconds: float  # per run
+    seconds: float  # per run, with the copies around it
+    copy_s: float = 0.0  # per run: the part spent in those copies (see ``layout_copies``)
 
     @property
     def total_s(self) -> float:
@@ -137,6 +172,7 @@ class Estimate:
     memory: Memory
     ops: tuple[OpEstimate, ...] = field(repr=False)
     collectives: tuple[CollectiveEstimate, ...] = field(repr=False)
+    kernels: int = 0  # kernels launched per device per step (ops after fusion, local steps)
 
     def by_tactic(self) -> dict[int | None, float]:
         """Communication seconds per tactic index (None: no tactic behind it)."""
@@ -235,13 +271,26 @@ class _Simulator:
     def __init__(self, program, mesh: Mesh, state, plan, hardware: Hardware):
         self.program, self.mesh, self.state, self.plan = program, mesh, state, plan
         self.hw = hardware
-        self.cache = program.__dict__.setdefault("_op_cost_cache", {})
+        # op costs and times per hardware spec (a time is only good for the spec it was priced on)
+        caches = program.__dict__.setdefault("_op_cost_cache", {})
+        self.cache = caches.setdefault(hardware, {})
         self.static = _Static.of(program)
 
     # -- time ------------------------------------------------------------------------------
+    def materialised(self) -> set[int]:
+        """Values the plan redistributes: a collective or a local step reads them from
+        memory, so they cannot stay inside a fused kernel."""
+        out = set()
+        for o in self.plan.ops:
+            if o is not None:
+                out.update(f.value for f in o.fetches if f is not None and f.steps)
+        out.update(f.value for f in self.plan.outputs if f is not None and f.steps)
+        return out
+
     def op_estimates(self) -> list[OpEstimate]:
         out = []
-        p, mesh = self.program, self.mesh
+        p, mesh, hw = self.program, self.mesh, self.hw
+        fused = self.static.fused - self.materialised()
         for op in p.ops:
             plan = self.plan.ops[op.id]
             if plan is None or op.regions:
@@ -251,7 +300,9 @@ class _Simulator:
                 for s in plan.operands[: len(op.operands)]
             )
             outs = tuple(s.local_shape(mesh) for s in plan.results[: len(op.results)])
-            key = (op.id, ins, outs)
+            in_fused = tuple(isinstance(v, int) and v in fused for v in op.operands)
+            out_fused = tuple(v in fused for v in op.results)
+            key = (op.id, ins, outs, in_fused, out_fused)
             hit = self.cache.get(key)
             if hit is None:
                 operands = [
@@ -264,16 +315,64 @@ class _Simulator:
                     TensorType(shape, p.values[v].dtype) for v, shape in zip(op.results, outs)
                 ]
                 cost = op_cost(op.primitive, op.params, operands, results)
+                free = op.primitive in FREE
+                # a fused value lives in registers: neither written nor read from memory
+                inside = sum(
+                    tensor_bytes(t) for t, f in zip(operands, in_fused) if f and t is not None
+                ) + sum(tensor_bytes(t) for t, f in zip(results, out_fused) if f)
+                cost = replace(
+                    cost, bytes_accessed=0.0 if free else max(cost.bytes_accessed - inside, 0.0)
+                )
+                kernel = not free and bool(op.results) and not all(out_fused)
                 dtype = p.values[op.results[0]].dtype if op.results else None
-                hit = self.cache[key] = (cost, op_time(cost, self.hw, dtype))
-            out.append(OpEstimate(op.id, hit[0], hit[1], plan.repeats))
+                seconds = 0.0 if free else op_time(cost, hw, dtype)
+                hit = self.cache[key] = (cost, seconds, kernel)
+            cost, seconds, kernel = hit
+            seconds += hw.op_overhead if kernel else 0.0
+            out.append(OpEstimate(op.id, cost, seconds, plan.repeats, kernel))
         return out
 
+    def operand_copies(self) -> tuple[float, int]:
+        """Seconds and kernels per step of the transposed operand copies matmuls and
+        convolutions read (the copies the memory model holds, see ``copied_operands``)."""
+        mesh, hw, plan = self.mesh, self.hw, self.plan
+        seconds, kernels = 0.0, 0
+        for o_id, ks in self.static.copies:
+            o = plan.ops[o_id]
+            if o is None:
+                continue
+            for k in ks:
+                nbytes = 2 * o.operands[k].local_nbytes(mesh)
+                seconds += o.repeats * (nbytes / hw.copy_bandwidth + hw.op_overhead)
+                kernels += o.repeats
+        return seconds, kernels
+
+    def local_steps(self) -> tuple[float, int]:
+        """Seconds and kernels per step of the local redistribution steps (slices, masks):
+        each a kernel that copies what it keeps."""
+        mesh, hw = self.mesh, self.hw
+        seconds, kernels = 0.0, 0
+        fetches = [(f, o.repeats) for o in self.plan.ops if o is not None for f in o.fetches]
+        fetches += [(f, 1) for f in self.plan.outputs]
+        for f, repeats in fetches:
+            if f is None:
+                continue
+            for step in f.steps:
+                if not step.is_collective:
+                    nbytes = 2 * step.after.local_nbytes(mesh)
+                    seconds += repeats * (nbytes / hw.hbm_bandwidth + hw.op_overhead)
+                    kernels += repeats
+        return seconds, kernels
+
     def collective_estimates(self) -> list[CollectiveEstimate]:
-        return [
-            CollectiveEstimate(c, collective_time(c.kind, c.bytes, c.axes, self.mesh, self.hw))
-            for c in self.plan.collectives
-        ]
+        out = []
+        hw = self.hw
+        for c in self.plan.collectives:
+            nbytes, kernels = layout_copies(c, self.mesh)
+            copy = nbytes / hw.copy_bandwidth + kernels * hw.op_overhead
+            t = collective_time(c.kind, c.bytes, c.axes, self.mesh, hw)
+            out.append(CollectiveEstimate(c, t + copy, copy))
+        return out
 
     # -- memory ----------------------------------------------------------------------------
     def memory(self) -> Memory:
@@ -426,7 +525,9 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
     sim = _Simulator(program, mesh, state, plan, hardware)
     ops = sim.op_estimates()
     collectives = sim.collective_estimates()
-    compute = sum(o.total_s for o in ops)
+    local_s, local_kernels = sim.local_steps()
+    copy_s, copy_kernels = sim.operand_copies()
+    compute = sum(o.total_s for o in ops) + local_s + copy_s
     by_kind = dict.fromkeys(KINDS, 0.0)
     for c in collectives:
         by_kind[c.collective.kind] += c.total_s
@@ -439,6 +540,7 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
         overlap=overlap,
         by_kind=by_kind,
         flops=sum((o.cost.flops + o.cost.transcendentals) * o.count for o in ops),
+        kernels=sum(o.count for o in ops if o.kernel) + local_kernels + copy_kernels,
         memory=sim.memory(),
         ops=tuple(ops),
         collectives=tuple(collectives),
