@@ -93,7 +93,14 @@ def decision_groups(program, mesh: Mesh, state: State, axis: str, inputs="**") -
         )
         if dims:
             groups.append(Group(key, axis, open_members, dims))
-    groups.sort(key=lambda g: -sum(program.values[m].nbytes for m in g.members))
+
+    # the data first: tiling it spreads through the whole step and settles most weights;
+    # then the weights (they carry optimizer state), largest first
+    def order(g):
+        has_state = any(program.values[m].name.startswith("opt_state/") for m in g.members)
+        return (has_state, -sum(program.values[m].nbytes for m in g.members))
+
+    groups.sort(key=order)
     return groups
 
 
@@ -127,8 +134,24 @@ class Search:
         self.best: tuple[float, tuple] = (self.reward(state, self.base), ())
 
     # -- the environment -------------------------------------------------------------------
-    def options(self, depth: int) -> list[int]:
-        return [SKIP, *self.groups[depth].dims]
+    def options(self, path: tuple) -> list[int]:
+        """Actions open after ``path``: a group propagation already decided is left alone."""
+        state = self.state(path)
+        if state is None:
+            return [SKIP]
+        g, size = self.groups[len(path)], self.mesh.axis_size(self.groups[len(path)].axis)
+        members = [m for m in g.members if not state.shardings[m].uses(g.axis)]
+        if not members:
+            return [SKIP]
+        shape = self.program.values[members[0]].shape
+        dims = [
+            d
+            for d in g.dims
+            if all(
+                shape[d] % (state.shardings[m].shards(d, self.mesh) * size) == 0 for m in members
+            )
+        ]
+        return [SKIP, *dims]
 
     def tactic(self, depth: int, action: int, state: State) -> Tactic | None:
         if action == SKIP:
@@ -186,7 +209,7 @@ class Search:
     def episode(self, root: _Node) -> None:
         node, path, visited = root, (), [root]
         while len(path) < len(self.groups):
-            options = self.options(len(path))
+            options = self.options(path)
             untried = [a for a in options if a not in node.children]
             if untried:
                 action = (
@@ -199,8 +222,10 @@ class Search:
             node, action = self.select(node)
             path = (*path, action)
             visited.append(node)
-        while len(path) < len(self.groups):  # random rollout to a full decision
-            path = (*path, self.rng.choice(self.options(len(path))))
+        while len(path) < len(self.groups):  # rollout: leave a group alone half the time
+            options = self.options(path)
+            leave = len(options) == 1 or self.rng.random() < 0.5
+            path = (*path, SKIP if leave else self.rng.choice(options[1:]))
         reward = self.score(path)
         for n in visited:
             n.visits += 1
@@ -226,8 +251,8 @@ class Search:
                 break
             before = self.evaluations
             self.episode(root)
-            if self.evaluations == before and len(self.scores) >= _paths(self.groups, self.options):
-                break  # every full path has been priced
+            if self.evaluations == before and root.visits > 4 * _paths(self.groups):
+                break  # the tree keeps landing on priced paths: it has seen them all
             if self.auto.callback is not None:
                 self.auto.callback(
                     Progress(
@@ -252,10 +277,11 @@ class Search:
         return tuple(out)
 
 
-def _paths(groups, options) -> int:
+def _paths(groups) -> int:
+    """An upper bound on the number of full decision paths."""
     total = 1
-    for depth in range(len(groups)):
-        total *= len(options(depth))
+    for g in groups:
+        total *= 1 + len(g.dims)
         if total > 10**9:
             break
     return total
