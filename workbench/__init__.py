@@ -4,8 +4,10 @@ import workbench as wb
 program = wb.capture(train_step, params, opt_state, batch)
 s = wb.Session(program, wb.Mesh({"batch": 2, "model": 4}))
 s.apply(wb.BP("batch")); s.apply(wb.MP("model"))
+wb.Workbench(train_step, params, opt_state, batch, mesh=mesh)   # the notebook widget
 """
 
+from workbench.core import hardware
 from workbench.core.capture import capture, tag
 from workbench.core.errors import WorkbenchError
 from workbench.core.mesh import Mesh
@@ -34,8 +36,19 @@ __all__ = [
     "Sharding",
     "Tactic",
     "Tile",
+    "Workbench",
     "WorkbenchError",
     "capture",
+    "hardware",
     "partition",
     "tag",
 ]
+
+
+def __getattr__(name):
+    # the notebook widget pulls in ipywidgets, plotly and graphviz: imported when first used
+    if name == "Workbench":
+        from workbench.widgets import Workbench
+
+        return Workbench
+    raise AttributeError(f"module 'workbench' has no attribute {name!r}")

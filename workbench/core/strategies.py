@@ -321,3 +321,34 @@ class SP(Tactic):
         ]
         selector = [self.stream, *_names(program, entering)]
         return [*out, Tile(selector, self.dim, self.axis)]
+
+
+#: The named strategies by name, in the order a user meets them.
+STRATEGIES: dict[str, type[Tactic]] = {
+    "BP": BP,
+    "MP": MP,
+    "Z2": Z2,
+    "Z3": Z3,
+    "EMB": EMB,
+    "SP": SP,
+    "MQ": MQ,
+}
+
+#: Axis names each kind of strategy usually runs on, by convention.
+DATA_AXES = ("batch", "data", "dp", "fsdp", "replica")
+MODEL_AXES = ("model", "tensor", "tp", "mp", "heads")
+
+
+def suggested_axis(strategy: str, mesh) -> str:
+    """The mesh axis a named strategy runs on unless told otherwise: a data-like axis for
+    BP, Z2 and Z3 (else the first axis), a model-like one for the rest (else the last)."""
+    if strategy not in STRATEGIES:
+        raise TacticError(
+            f"unknown strategy {strategy!r}; the named strategies are {list(STRATEGIES)}."
+        )
+    data = strategy in ("BP", "Z2", "Z3")
+    conventional = DATA_AXES if data else MODEL_AXES
+    for name in mesh.names:
+        if name.lower() in conventional:
+            return name
+    return mesh.names[0] if data else mesh.names[-1]

@@ -1,0 +1,245 @@
+"""The notebook widget, driven as a user would: clicks, picks and typed values.
+
+Buttons are clicked with ``Button.click()``; what each view shows is read back from its
+widget. The engine's own answers are the reference: the widget must show them, not its own.
+"""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import workbench as wb
+from workbench.core import hardware as hw
+from workbench.core.errors import WorkbenchError
+from workbench.core.strategies import suggested_axis
+from workbench.models import build
+from workbench.widgets import Workbench, render
+
+MESH = {"batch": 2, "model": 4}
+
+
+@pytest.fixture(scope="module")
+def program():
+    ex = build("lm", "tiny")
+    return wb.capture(ex.fn, *ex.args)
+
+
+@pytest.fixture
+def bench(program):
+    return Workbench(program, mesh=MESH, hardware=hw.TPU_V5E, auto_budget=8)
+
+
+def views(b):
+    return dict(
+        status=b.status.value,
+        graph=b.graph.value,
+        summary=b.summary.value,
+        export=b.export.value,
+        table=b.table.value,
+    )
+
+
+def test_opens_on_nothing_applied(bench):
+    assert bench.session.step == 0 and not bench.error.value
+    assert "step 0 of 0" in bench.status.value
+    assert bench.graph.value.startswith("<svg")
+    assert render.estimate(bench.session.estimate(hw.TPU_V5E)) == bench.summary.value
+    assert bench.export.value == bench.session.export_code()
+    assert "wb-workbench" in bench._dom_classes
+
+
+def test_strategy_buttons_apply_undo_and_redo(bench):
+    start = views(bench)
+    bench.strategies.buttons["BP"].click()
+    assert [str(t) for t in bench.session.history] == ["BP('batch')"]
+    after_bp = views(bench)
+    assert "step 1 of 1" in after_bp["status"] and "BP(axis='batch'" in after_bp["export"]
+    assert all(after_bp[k] != start[k] for k in ("graph", "summary", "export", "table"))
+
+    bench.strategies.buttons["MP"].click()
+    after_mp = views(bench)
+    assert [str(t) for t in bench.session.history] == ["BP('batch')", "MP('model')"]
+    assert "MP(axis='model'" in after_mp["export"] and after_mp["graph"] != after_bp["graph"]
+    assert "all-reduce" in after_mp["table"]
+    assert after_mp["summary"] == render.estimate(bench.session.estimate(hw.TPU_V5E))
+
+    bench.history.undo.click()
+    assert views(bench) | {"status": ""} == after_bp | {"status": ""}
+    assert "step 1 of 2" in bench.status.value
+    assert [label for label, _ in bench.history.steps.options][-1].endswith("(undone)")
+    bench.history.redo.click()
+    assert views(bench) == after_mp
+    assert len(bench.figures["schedule"].data) > 0
+
+    bench.history.reset.click()
+    assert bench.session.step == 0 and views(bench)["summary"] == start["summary"]
+    bench.history.steps.value = 2  # picking a step in the list jumps there
+    assert bench.session.step == 2 and views(bench) == after_mp
+
+
+def test_strategy_axis_override(bench):
+    bench.strategies.axis.value = "model"
+    bench.strategies.buttons["BP"].click()
+    assert str(bench.session.history[-1]) == "BP('model')"
+
+
+def test_tactic_builder_tiles_a_value(bench, program):
+    b = bench.builder
+    b.value.value = "params/layers/0/mlp/w_in"
+    assert [d for _, d in b.dim.options] == [0, 1]
+    b.dim.value, b.axis.value = 1, "model"
+    b.apply_button.click()
+    assert not bench.error.value
+    assert str(bench.session.sharding("params/layers/0/mlp/w_in")).count("@model") == 1
+    assert "Tile(" in bench.export.value
+    b.kind.value = "Replicate"
+    b.value.value, b.axis.value = "batch/**", "batch"
+    b.apply_button.click()
+    assert "Replicate(" in bench.export.value and bench.session.step == 2
+
+
+@pytest.mark.parametrize(
+    "selector, dim, axis, words",
+    [
+        ("params/nothing", 0, "model", ["matches no value", "Close names"]),
+        ("params/layers/0/mlp/w_in", 7, "model", ["dim", "7"]),
+        ("params/**/[", 0, "model", ["["]),
+    ],
+)
+def test_bad_input_shows_and_changes_nothing(bench, selector, dim, axis, words):
+    bench.strategies.buttons["BP"].click()
+    before = (bench.session.state, bench.session.step, views(bench))
+    b = bench.builder
+    b.value.value = selector
+    b.dim.options = [(str(d), d) for d in range(8)]
+    b.dim.value, b.axis.value = dim, axis
+    b.apply_button.click()
+    assert isinstance(bench.last_error, WorkbenchError)
+    assert all(word in bench.error.value for word in words), bench.error.value
+    assert "traceback" not in bench.error.value  # the user's mistake: just the message
+    assert (bench.session.state, bench.session.step, views(bench)) == before
+    bench.history.undo.click()  # the next action clears the error line
+    assert not bench.error.value
+
+
+def test_undo_at_the_start_says_why(bench):
+    bench.history.undo.click()
+    assert "nothing to undo" in bench.error.value and bench.session.step == 0
+
+
+def test_unexpected_errors_show_with_a_traceback(bench, monkeypatch):
+    def broken(tactic):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(bench.session, "apply", broken)
+    bench.strategies.buttons["BP"].click()
+    assert "RuntimeError: disk on fire" in bench.error.value
+    assert "traceback" in bench.error.value and bench.session.step == 0
+    assert "wb-busy" not in bench._dom_classes
+
+
+def test_auto_reports_progress_and_lands_in_the_schedule(bench):
+    bench.strategies.buttons["BP"].click()
+    seen = []
+    bench.auto.progress.observe(lambda c: seen.append(c["new"]), "value")
+    bench.auto.budget.value = 6
+    bench.auto.run_button.click()
+    assert not bench.error.value, bench.error.value
+    assert str(bench.session.history[-1]) == "Auto('model')"
+    assert seen and max(seen) <= 6 and bench.auto.progress.value == max(seen)
+    assert "evaluations" in bench.auto.label.value
+    # the export writes what the search decided: plain tactics, no search
+    assert "Auto(" not in bench.export.value and bench.export.value == bench.session.export_code()
+
+
+def test_inspector_shows_the_engine_answers(bench):
+    bench.strategies.buttons["MP"].click()
+    name = "params/layers/0/attn/wo"
+    bench.inspect_value.value = name
+    s = bench.session
+    assert render.esc(s.sharding(name)) in bench.inspector.value
+    assert render.esc(str(s.why(name)).splitlines()[1].strip()) in bench.inspector.value
+    assert bench.figures["grid"].data
+    bench.inspect_value.value = "params/nope"
+    assert "params/nope" in bench.error.value
+
+
+def test_export_kinds(bench):
+    bench.strategies.buttons["BP"].click()
+    bench.export_kind.value = "plain JAX"
+    assert (
+        bench.export.value == bench.session.export_jax() and "PartitionSpec" in bench.export.value
+    )
+    bench.export_kind.value = "JSON"
+    data = json.loads(bench.export.value)
+    assert data["mesh"] == MESH and data["schedule"][0]["tactic"] == "BP"
+
+
+def test_save_writes_a_strategy_file_that_loads(bench, program, tmp_path):
+    bench.strategies.buttons["BP"].click()
+    bench.save_path.value = str(tmp_path / "s.json")
+    bench.save_button.click()
+    loaded = wb.Session.load(program, tmp_path / "s.json")
+    assert loaded.state.shardings == bench.session.state.shardings
+    assert "saved" in bench.saved.value
+
+
+def test_hardware_and_overlap_choices(bench):
+    bench.spec.value = hw.H100.name
+    assert bench.hardware is hw.H100 and hw.H100.name in bench.summary.value
+    bench.overlap_choice.value = "full"
+    assert bench.summary.value == render.estimate(bench.session.estimate(hw.H100, overlap="full"))
+
+
+def test_graph_controls(bench):
+    full = bench.graph.value
+    bench.phases["backward"].value = False
+    bench.phases["optimizer"].value = False
+    assert bench.graph.value != full and "optimizer" not in bench.graph.value
+    bench.collapse.value = 0
+    assert bench.graph.value.count('<g id="node') < full.count('<g id="node')
+
+
+def test_run_on_the_devices(program):
+    ex = build("mlp", "tiny")
+    b = Workbench(ex.fn, *ex.args, mesh={"batch": 2, "model": 4}, schedule=[wb.BP("batch")])
+    assert b.session.step == 1
+    b.run_button.click()
+    assert not b.error.value, b.error.value
+    assert "outputs match" in b.run_result.value and "measured step" in b.run_result.value
+    assert b.last_run.matches and "predicted" in b.run_result.value
+    b.history.undo.click()
+    assert "Not run at this step" in b.run_result.value
+
+
+def test_names_from_user_code_are_escaped():
+    evil = "<img src=x onerror=alert(1)>"
+
+    def f(params, x):
+        return jnp.tanh(x @ params[evil]).sum()
+
+    args = ({evil: jnp.ones((8, 4))}, jnp.ones((16, 8)))
+    b = Workbench(f, *args, mesh={"batch": 2, "model": 4})
+    b.builder.value.value = f"params/{evil}"
+    b.builder.axis.value = "model"
+    b.builder.apply_button.click()
+    b.inspect_value.value = f"params/{evil}"
+    shown = [b.title, b.status, b.error, b.summary, b.table, b.inspector, b.graph]
+    assert not any("<img" in v.value for v in shown)
+    assert "&lt;img" in b.inspector.value
+
+
+def test_suggested_axes():
+    mesh = wb.Mesh({"data": 2, "tensor": 4})
+    assert suggested_axis("BP", mesh) == "data" and suggested_axis("MP", mesh) == "tensor"
+    other = wb.Mesh({"x": 2, "y": 4})
+    assert suggested_axis("Z3", other) == "x" and suggested_axis("SP", other) == "y"
+    with pytest.raises(WorkbenchError, match="named strategies are"):
+        suggested_axis("ZZ", mesh)
+
+
+def test_workbench_is_public():
+    assert wb.Workbench is Workbench
+    assert jax.device_count() == 8

@@ -1,0 +1,225 @@
+"""The workbench's input panels: each turns clicks into one call on the `Workbench`.
+
+``TacticBuilder`` (value, kind, dim, axis -> a Tile / Replicate / Atomic), ``StrategyBar``
+(one button per named strategy), ``AutoPanel`` (the search, with a progress bar) and
+``HistoryPanel`` (the schedule, undo / redo / reset / jump). None of them changes the
+session itself: they build tactics and hand them to ``Workbench.act``.
+"""
+
+from __future__ import annotations
+
+import ipywidgets as w
+
+from workbench.core.search import Auto
+from workbench.core.selectors import select
+from workbench.core.strategies import STRATEGIES, suggested_axis
+from workbench.core.tactics import Atomic, Replicate, Tile
+from workbench.core.units import format_bytes, format_seconds
+
+SUGGESTED = "suggested"
+MAX_NAMES = 20_000  # names offered for completion (inputs come first)
+GIB = 2**30
+
+
+def button(text: str, css: str, tooltip: str = "", style: str = "") -> w.Button:
+    b = w.Button(description=text, tooltip=tooltip or text, button_style=style)
+    b.layout.width = "auto"
+    b.add_class(css)
+    return b
+
+
+def heading(text: str) -> w.HTML:
+    return w.HTML(f"<h4 style='margin:8px 0 2px 0'>{text}</h4>")
+
+
+class StrategyBar:
+    """One button per named strategy, each on its suggested axis unless one is chosen."""
+
+    def __init__(self, bench):
+        self.bench = bench
+        mesh = bench.session.mesh
+        self.axis = w.Dropdown(
+            options=[(f"{SUGGESTED} axis", SUGGESTED), *[(a, a) for a in mesh.names]],
+            value=SUGGESTED,
+            layout=w.Layout(width="150px"),
+        )
+        self.buttons = {}
+        for name, cls in STRATEGIES.items():
+            doc = (cls.__doc__ or name).strip().splitlines()[0]
+            b = button(name, f"wb-strategy-{name}", f"{name}: {doc}")
+            b.on_click(lambda _, name=name: self.apply(name))
+            self.buttons[name] = b
+        self.box = w.VBox(
+            [heading("Named strategies"), w.HBox([*self.buttons.values(), self.axis])]
+        )
+
+    def axis_for(self, name: str) -> str:
+        mesh = self.bench.session.mesh
+        return suggested_axis(name, mesh) if self.axis.value == SUGGESTED else self.axis.value
+
+    def apply(self, name: str) -> None:
+        self.bench.act(f"{name}", lambda: STRATEGIES[name](self.axis_for(name)))
+
+
+class TacticBuilder:
+    """Tile / Replicate / Atomic on the values a name, glob or tag selects."""
+
+    def __init__(self, bench):
+        self.bench = bench
+        session = bench.session
+        self.value = w.Combobox(
+            placeholder="a value name, a glob (params/**/w_in) or tag:name",
+            options=session.program.names()[:MAX_NAMES],
+            ensure_option=False,
+            continuous_update=False,
+            layout=w.Layout(width="360px"),
+        )
+        self.value.add_class("wb-value")
+        self.kind = w.ToggleButtons(options=["Tile", "Replicate", "Atomic"], value="Tile")
+        self.kind.style.button_width = "80px"
+        self.dim = w.Dropdown(options=[("dim 0", 0)], value=0, layout=w.Layout(width="150px"))
+        self.axis = w.Dropdown(options=list(session.mesh.names), layout=w.Layout(width="120px"))
+        self.apply_button = button("Apply", "wb-apply", "apply this tactic", "primary")
+        self.apply_button.on_click(lambda _: self.apply())
+        self.value.observe(lambda _: self.update_dims(), "value")
+        self.kind.observe(lambda _: self.update_dims(), "value")
+        self.box = w.VBox(
+            [
+                heading("Tactic"),
+                self.value,
+                w.HBox([self.kind]),
+                w.HBox([self.dim, self.axis, self.apply_button]),
+            ]
+        )
+
+    def update_dims(self) -> None:
+        """Dims of the first value the selector matches, with their sizes."""
+        self.dim.disabled = self.kind.value != "Tile"
+        program = self.bench.session.program
+        try:
+            ids = select(program, self.value.value, required=False) if self.value.value else []
+        except Exception:  # a half-typed selector: keep the dims as they are
+            return
+        if ids:
+            shape = program.values[ids[0]].shape
+            options = [(f"dim {d} (size {n})", d) for d, n in enumerate(shape)] or [("dim 0", 0)]
+            if [o[1] for o in options] != [o[1] for o in self.dim.options] or len(ids) == 1:
+                self.dim.options = options
+
+    def tactic(self):
+        selector, axis = self.value.value.strip(), self.axis.value
+        if self.kind.value == "Tile":
+            return Tile(selector, self.dim.value, axis)
+        return (Replicate if self.kind.value == "Replicate" else Atomic)(selector, axis)
+
+    def apply(self) -> None:
+        self.bench.act(f"{self.kind.value} {self.value.value!r}", self.tactic)
+
+
+class AutoPanel:
+    """The search on one axis, with its budget, a memory limit and a progress bar."""
+
+    def __init__(self, bench, budget: int):
+        self.bench = bench
+        mesh = bench.session.mesh
+        self.axis = w.Dropdown(
+            options=list(mesh.names),
+            value=suggested_axis("MP", mesh),
+            description="axis",
+            layout=w.Layout(width="170px"),
+        )
+        self.budget = w.BoundedIntText(
+            value=budget,
+            min=1,
+            max=100_000,
+            description="evaluations",
+            layout=w.Layout(width="200px"),
+        )
+        self.memory_gib = w.BoundedFloatText(
+            value=0.0,
+            min=0.0,
+            max=1e6,
+            description="memory limit GiB (0: none)",
+            style={"description_width": "initial"},
+            layout=w.Layout(width="250px"),
+        )
+        self.run_button = button("Auto", "wb-auto", "search for the best tactics on this axis")
+        self.run_button.on_click(lambda _: self.run())
+        self.progress = w.IntProgress(value=0, min=0, max=budget, layout=w.Layout(width="200px"))
+        self.progress.add_class("wb-auto-progress")
+        self.label = w.HTML("")
+        self.box = w.VBox(
+            [
+                heading("Automatic search"),
+                w.HBox([self.axis, self.budget]),
+                w.HBox([self.memory_gib, self.run_button]),
+                w.HBox([self.progress, self.label]),
+            ]
+        )
+
+    def report(self, p) -> None:
+        self.progress.max = max(p.budget, 1)
+        self.progress.value = min(p.evaluations, p.budget)
+        self.label.value = (
+            f"{p.evaluations} evaluations, best step {format_seconds(p.best_step_s)}, "
+            f"{p.elapsed_s:.1f} s"
+        )
+
+    def tactic(self):
+        limit = self.memory_gib.value * GIB or None
+        self.progress.value, self.progress.max = 0, self.budget.value
+        self.label.value = "searching…"
+        return Auto(
+            self.axis.value,
+            memory_limit=limit,
+            budget=self.budget.value,
+            hardware=self.bench.hardware,
+            callback=self.report,
+        )
+
+    def run(self) -> None:
+        limit = self.memory_gib.value * GIB
+        what = f"Auto on {self.axis.value!r}" + (f" within {format_bytes(limit)}" if limit else "")
+        self.bench.act(what, self.tactic)
+
+
+class HistoryPanel:
+    """The schedule as a list of steps; selecting one jumps there."""
+
+    def __init__(self, bench):
+        self.bench = bench
+        self.steps = w.Select(options=[("0 · nothing applied", 0)], value=0, rows=8)
+        self.steps.layout.width = "360px"
+        self.steps.add_class("wb-history")
+        self.undo = button("Undo", "wb-undo", "go back one step")
+        self.redo = button("Redo", "wb-redo", "re-apply the step undone last")
+        self.reset = button("Reset", "wb-reset", "back to nothing applied (redo replays)")
+        self.undo.on_click(lambda _: bench.move("undo", lambda s: s.undo()))
+        self.redo.on_click(lambda _: bench.move("redo", lambda s: s.redo()))
+        self.reset.on_click(lambda _: bench.move("reset", lambda s: s.reset()))
+        self._syncing = False
+        self.steps.observe(self._picked, "value")
+        self.box = w.VBox(
+            [heading("Schedule"), self.steps, w.HBox([self.undo, self.redo, self.reset])]
+        )
+
+    def _picked(self, change) -> None:
+        if self._syncing or change["new"] is None or change["new"] == self.bench.session.step:
+            return
+        self.bench.move(f"jump to step {change['new']}", lambda s: s.jump(change["new"]))
+
+    def update(self, session) -> None:
+        total = session.step + len(session.redo_stack)
+        final = session.state_at(total).schedule
+        options = [("0 · nothing applied", 0)] + [
+            (f"{i + 1} · {t}" + ("   (undone)" if i >= session.step else ""), i + 1)
+            for i, t in enumerate(final)
+        ]
+        self._syncing = True
+        try:
+            self.steps.options = options
+            self.steps.value = session.step
+        finally:
+            self._syncing = False
+        self.undo.disabled = session.step == 0
+        self.redo.disabled = not session.redo_stack

@@ -1,0 +1,140 @@
+"""HTML text for the workbench's panels, from core objects: formatting only.
+
+Every name, sharding and message is escaped: value names come from user code and may hold
+anything.
+"""
+
+from __future__ import annotations
+
+import html
+import traceback
+
+from workbench.core.units import format_bytes, format_seconds
+
+ERROR_STYLE = "color:#b00020;white-space:pre-wrap;font-family:monospace"
+MUTED = "color:#666"
+
+
+def esc(x) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def pre(text: str, style: str = "") -> str:
+    return f'<pre style="margin:0;white-space:pre-wrap;{style}">{esc(text)}</pre>'
+
+
+def status(session) -> str:
+    """``step 2 of 3: MP('model')`` and the conflicts, if any."""
+    total = session.step + len(session.redo_stack)
+    last = str(session.history[-1]) if session.step else "nothing applied"
+    text = f"<b>step {session.step} of {total}</b>: {esc(last)}"
+    if n := len(session.state.conflicts):
+        text += f' · <span style="color:#b00020">{n} conflict{"s" * (n != 1)}</span>'
+    if changed := len(session.state.changed) if session.step else 0:
+        text += f' · <span style="{MUTED}">{changed} values changed</span>'
+    return text
+
+
+def header(session, hardware) -> str:
+    p = session.program
+    return (
+        f"<b>{esc(p.name)}</b> · {len(p.ops)} ops · {len(p.values)} values · "
+        f"mesh {esc(session.mesh)} · simulated on {esc(hardware.name)}"
+    )
+
+
+def estimate(e) -> str:
+    """One line of the estimate: step, compute, each collective kind, memory and the verdict."""
+    kinds = " · ".join(f"{esc(k)} {format_seconds(v)}" for k, v in e.by_kind.items() if v)
+    m = e.memory
+    verdict = (
+        '<span style="color:#2e7d32">fits</span>'
+        if m.fits
+        else '<span style="color:#b00020"><b>does not fit</b></span>'
+    )
+    return (
+        f"<b>step {format_seconds(e.step_s)}</b> per device on {esc(e.hardware)} "
+        f"(overlap {esc(e.overlap)}) · compute {format_seconds(e.compute_s)} · "
+        f"communication {format_seconds(e.communication_s)}"
+        + (f" ({kinds})" if kinds else "")
+        + f" · memory {format_bytes(m.peak)} of {format_bytes(m.capacity)}: {verdict}"
+    )
+
+
+def conflicts(reports) -> str:
+    if not reports:
+        return ""
+    return "".join(pre(str(r), "color:#b00020") for r in reports)
+
+
+def collective_table(rows, limit: int = 200) -> str:
+    """The collective plan as an HTML table (rows from ``viz.collective_rows``)."""
+    if not rows:
+        return f'<span style="{MUTED}">No collectives: every device runs its part alone.</span>'
+    cells = []
+    for r in rows[:limit]:
+        seconds = "" if r["seconds"] is None else format_seconds(r["seconds"])
+        cells.append(
+            "<tr>"
+            f"<td>{esc(r['kind'])}</td><td><code>{esc(r['value'])}</code></td>"
+            f"<td>{esc(', '.join(r['axes']))}</td><td>{format_bytes(r['bytes'])}</td>"
+            f"<td>{r['count']}</td><td>{seconds}</td><td>{esc(r['tactic'])}</td>"
+            f"<td>{esc(r['why'])}</td></tr>"
+        )
+    more = f'<p style="{MUTED}">… and {len(rows) - limit} more.</p>' if len(rows) > limit else ""
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("kind", "value", "axes", "bytes/device", "count", "time", "tactic", "why")
+    )
+    return (
+        '<table style="border-collapse:collapse;font-size:12px" class="wb-table">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(cells)}</tbody></table>{more}"
+    )
+
+
+def inspector(name: str, sharding, why, local_shape, grid_text: str) -> str:
+    return (
+        f"<b><code>{esc(name)}</code></b>: <code>{esc(sharding)}</code> · local shape "
+        f"<code>{esc(local_shape)}</code>"
+        + pre(str(why))
+        + "<p><b>Who holds which block</b></p>"
+        + pre(grid_text)
+    )
+
+
+def run_result(result, predicted_s: float | None, spec_name: str | None) -> str:
+    ok = (
+        '<span style="color:#2e7d32"><b>outputs match</b></span>'
+        if result.matches
+        else '<span style="color:#b00020"><b>outputs DIFFER</b></span>'
+    )
+    mem = result.memory.get("peak_memory_in_bytes") or result.memory.get("temp_size_in_bytes", 0)
+    rows = [
+        f"{ok} the unpartitioned program (max abs error {result.max_abs_error:.3g}, "
+        f"max rel error {result.max_rel_error:.3g})",
+        f"measured step <b>{format_seconds(result.step_time_s)}</b> "
+        f"(median of {len(result.times_s)} on {esc(result.device)}, {esc(result.lowering)} "
+        f"lowering); compile {format_seconds(result.compile_time_s)}",
+    ]
+    if predicted_s is not None:
+        rows.append(
+            f"predicted {format_seconds(predicted_s)} on {esc(spec_name)} "
+            f"(predicted / measured {predicted_s / result.step_time_s:.2f})"
+        )
+    rows.append(f"peak memory per device as XLA reports it: {format_bytes(mem)}")
+    return "<br>".join(rows)
+
+
+def error(what: str, exc: BaseException, *, trace: bool) -> str:
+    """The message of a failed action; a traceback (folded) for errors that are not the
+    user's (anything but a ``WorkbenchError``)."""
+    text = f"{what} failed: {type(exc).__name__}: {exc}"
+    out = pre(text, ERROR_STYLE)
+    if trace:
+        tb = "".join(traceback.format_exception(exc))
+        out += f"<details><summary>traceback</summary>{pre(tb, 'font-size:11px')}</details>"
+    return out
+
+
+def note(text: str) -> str:
+    return f'<span style="{MUTED}">{esc(text)}</span>'

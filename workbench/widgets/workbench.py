@@ -1,0 +1,353 @@
+"""``Workbench``: the notebook widget over one `Session`.
+
+Every action goes through ``act`` (apply a tactic) or ``move`` (undo, redo, reset, jump):
+it clears the error line, runs the call, and redraws every view from the session; a
+failure shows in the error line (``WorkbenchError`` as its message, anything else with
+its traceback) and leaves the session as it was. The views only show what core and viz
+return: the program graph, the estimate and its charts, the collective plan, the value
+inspector, the run panel and the export panel.
+"""
+
+from __future__ import annotations
+
+import json
+
+import ipywidgets as w
+
+from workbench.core import hardware as presets
+from workbench.core.capture import capture
+from workbench.core.errors import WorkbenchError
+from workbench.core.export import to_json
+from workbench.core.program import Program
+from workbench.core.session import Session
+from workbench.viz import (
+    collective_rows,
+    device_grid,
+    device_grid_text,
+    estimates_over_schedule,
+    memory_breakdown,
+    program_graph,
+    schedule_estimates,
+    schedule_labels,
+    time_breakdown,
+    to_svg,
+)
+from workbench.widgets import render
+from workbench.widgets.controls import (
+    AutoPanel,
+    HistoryPanel,
+    StrategyBar,
+    TacticBuilder,
+    button,
+    heading,
+)
+
+CALIBRATED = "calibrated: the attached devices"
+COLLAPSE = [("auto", "auto"), ("every op", None), ("phases", 0), ("top scopes", 1), ("depth 2", 2)]
+PHASES = ("forward", "backward", "optimizer")
+EXPORTS = ("Python", "plain JAX", "JSON")
+
+
+def _display(out: w.Output, fig) -> None:
+    """Show ``fig`` in ``out`` (in a kernel; outside one there is no screen to show it on)."""
+    from IPython import get_ipython
+    from IPython.display import display
+
+    if get_ipython() is None:
+        return
+    with out:
+        out.clear_output(wait=True)
+        display(fig)
+
+
+def _svg(digraph) -> str:
+    svg = to_svg(digraph)
+    return svg[svg.index("<svg") :]
+
+
+class Workbench(w.VBox):
+    """Plan the partitioning of ``fn(*args)`` on ``mesh``, one tactic at a time.
+
+    ``fn`` may also be a captured `Program`. ``hardware`` is the simulator's spec (default
+    H100; a dropdown switches presets, or measures the attached devices). ``schedule``
+    applies tactics at the start; ``auto_budget`` is the search's default evaluations.
+    The session is ``.session``; the figures last drawn are in ``.figures``.
+    """
+
+    def __init__(
+        self,
+        fn,
+        *args,
+        mesh,
+        hardware=None,
+        schedule=(),
+        overlap="none",
+        auto_budget: int = 200,
+        **kwargs,
+    ):
+        program = fn if isinstance(fn, Program) else capture(fn, *args, **kwargs)
+        self.session = Session(program, mesh, schedule)
+        self.hardware = hardware or presets.H100
+        self.overlap = overlap
+        self.figures: dict = {}
+        self.last_error: BaseException | None = None
+        self._calibrated = None
+        self._run_for = None  # the state the run panel's result is for
+        self.last_run = None
+
+        self.title = w.HTML()
+        self.status = w.HTML()
+        self.status.add_class("wb-status")
+        self.error = w.HTML()
+        self.error.add_class("wb-error")
+
+        self.strategies = StrategyBar(self)
+        self.builder = TacticBuilder(self)
+        self.auto = AutoPanel(self, auto_budget)
+        self.history = HistoryPanel(self)
+
+        # the program graph and how it is drawn
+        self.collapse = w.Dropdown(options=COLLAPSE, value="auto", description="collapse")
+        self.expand = w.Text(
+            placeholder="scopes to draw op by op: layer0/attn, … (enter)", continuous_update=False
+        )
+        self.phases = {
+            p: w.Checkbox(value=True, description=p, indent=False, layout=w.Layout(width="100px"))
+            for p in PHASES
+        }
+        for control in (self.collapse, self.expand, *self.phases.values()):
+            control.observe(lambda _: self.redraw("draw the graph", self.draw_graph), "value")
+        self.graph = w.HTML()
+        self.graph.add_class("wb-graph")
+        graph_box = w.Box(
+            [self.graph],
+            layout=w.Layout(overflow="auto", max_height="640px", border="1px solid #ddd"),
+        )
+
+        # the simulator
+        options = [(h.name, h.name) for h in presets.PRESETS.values()]
+        if self.hardware.name not in presets.PRESETS:
+            options.insert(0, (self.hardware.name, self.hardware.name))
+        self.spec = w.Dropdown(
+            options=[*options, (CALIBRATED, CALIBRATED)],
+            value=self.hardware.name,
+            description="hardware",
+        )
+        self.spec.observe(lambda _: self.redraw("change the hardware", self.change_spec), "value")
+        self.overlap_choice = w.Dropdown(
+            options=[("no overlap", "none"), ("full overlap", "full"), ("half", 0.5)],
+            value=overlap,
+            description="overlap",
+        )
+        self.overlap_choice.observe(
+            lambda change: self.redraw("change the overlap", self.change_overlap), "value"
+        )
+        self.summary = w.HTML()
+        self.summary.add_class("wb-estimate")
+        self.time_chart, self.memory_chart, self.schedule_chart = w.Output(), w.Output(), w.Output()
+        self.conflicts = w.HTML()
+
+        # the collective plan, the inspector, the run panel, the export panel
+        self.table = w.HTML()
+        self.table.add_class("wb-collectives")
+        self.inspect_value = w.Combobox(
+            placeholder="a value to inspect",
+            options=self.builder.value.options,
+            continuous_update=False,
+        )
+        self.inspect_value.observe(lambda _: self.redraw("inspect", self.draw_inspector), "value")
+        self.inspector = w.HTML()
+        self.inspector.add_class("wb-inspector")
+        self.grid_chart = w.Output()
+        self.lowering = w.Dropdown(
+            options=["explicit", "constrained"], value="explicit", description="lowering"
+        )
+        self.run_button = button("Run on devices", "wb-run", "run one step on the attached devices")
+        self.run_button.on_click(lambda _: self.redraw("run", self.run))
+        self.run_result = w.HTML(render.note("Not run yet."))
+        self.run_result.add_class("wb-run-result")
+        self.export_kind = w.ToggleButtons(options=EXPORTS, value="Python")
+        self.export_kind.observe(lambda _: self.redraw("export", self.draw_export), "value")
+        self.export = w.Textarea(layout=w.Layout(width="100%", height="260px"))
+        self.export.add_class("wb-export")
+        self.save_path = w.Text(value="strategy.json", description="file")
+        self.save_button = button("Save JSON", "wb-save", "write the strategy file")
+        self.save_button.on_click(lambda _: self.redraw("save", self.save))
+        self.saved = w.HTML()
+
+        left = w.VBox(
+            [self.strategies.box, self.builder.box, self.auto.box, self.history.box],
+            layout=w.Layout(width="440px", flex="0 0 auto"),
+        )
+        right = w.VBox(
+            [
+                w.HBox([self.collapse, *self.phases.values()]),
+                self.expand,
+                graph_box,
+            ],
+            layout=w.Layout(flex="1 1 auto", min_width="0"),
+        )
+        sections = w.Tab(
+            [
+                self.table,
+                w.VBox([self.inspect_value, self.inspector, self.grid_chart]),
+                w.VBox([w.HBox([self.lowering, self.run_button]), self.run_result]),
+            ],
+            titles=("Collectives", "Inspect a value", "Run"),
+        )
+        super().__init__(
+            [
+                self.title,
+                self.status,
+                self.error,
+                w.HBox([left, right]),
+                heading("Estimate"),
+                w.HBox([self.spec, self.overlap_choice]),
+                self.summary,
+                self.conflicts,
+                w.HBox([self.time_chart, self.memory_chart]),
+                self.schedule_chart,
+                sections,
+                heading("Export"),
+                self.export_kind,
+                self.export,
+                w.HBox([self.save_path, self.save_button, self.saved]),
+            ]
+        )
+        self.add_class("wb-workbench")
+        self.redraw("draw the workbench", lambda: None, everything=True)
+
+    # -- actions ---------------------------------------------------------------------------
+    def act(self, what: str, make_tactic) -> bool:
+        """Apply the tactic ``make_tactic()`` returns; True if it applied."""
+        return self.redraw(what, lambda: self.session.apply(make_tactic()), everything=True)
+
+    def move(self, what: str, step) -> bool:
+        """``step(session)`` moves along the history (undo, redo, reset, jump)."""
+        return self.redraw(what, lambda: step(self.session), everything=True)
+
+    def redraw(self, what: str, action, *, everything: bool = False) -> bool:
+        """Run ``action`` then redraw (every view, or none beyond what ``action`` drew);
+        a failure shows in the error line. True if both went through."""
+        self.error.value = ""
+        self.last_error = None
+        self.add_class("wb-busy")
+        try:
+            action()
+            if everything:
+                self.refresh()
+            return True
+        except Exception as exc:  # shown in the UI, never swallowed
+            self.last_error = exc
+            self.error.value = render.error(what, exc, trace=not isinstance(exc, WorkbenchError))
+            if everything:
+                self.history.update(self.session)
+            return False
+        finally:
+            self.remove_class("wb-busy")
+
+    def refresh(self) -> None:
+        """Redraw every view from the session."""
+        s = self.session
+        self.title.value = render.header(s, self.hardware)
+        self.status.value = render.status(s)
+        self.history.update(s)
+        self.conflicts.value = render.conflicts(s.conflicts)
+        self.draw_graph()
+        self.draw_estimate()
+        self.table.value = render.collective_table(collective_rows(s, hardware=self.hardware))
+        self.draw_inspector()
+        self.draw_export()
+        if self._run_for is not s.state:
+            self.run_result.value = render.note("Not run at this step yet.")
+
+    def draw_graph(self) -> None:
+        s = self.session
+        expand = [x.strip() for x in self.expand.value.split(",") if x.strip()]
+        phases = [p for p, box in self.phases.items() if box.value]
+        g = program_graph(
+            s.program,
+            s.state,
+            s.mesh,
+            collectives=s.collectives(),
+            collapse=self.collapse.value,
+            expand=expand,
+            phases=phases or PHASES,
+        )
+        self.graph.value = _svg(g)
+
+    def draw_estimate(self) -> None:
+        s, hw = self.session, self.hardware
+        e = s.estimate(hw, overlap=self.overlap)
+        self.estimate = e
+        self.summary.value = render.estimate(e)
+        self.figures["time"] = time_breakdown(e)
+        self.figures["memory"] = memory_breakdown(e)
+        steps = estimates_over_schedule(s, hw, overlap=self.overlap)
+        self.figures["schedule"] = schedule_estimates(steps, schedule_labels(s))
+        for out, key in (
+            (self.time_chart, "time"),
+            (self.memory_chart, "memory"),
+            (self.schedule_chart, "schedule"),
+        ):
+            _display(out, self.figures[key])
+
+    def draw_inspector(self) -> None:
+        name = self.inspect_value.value.strip()
+        if not name:
+            self.inspector.value = render.note("Pick a value to see its sharding and provenance.")
+            return
+        s = self.session
+        sharding = s.sharding(name)
+        self.inspector.value = render.inspector(
+            name,
+            sharding,
+            s.why(name),
+            sharding.local_shape(s.mesh),
+            device_grid_text(sharding, s.mesh),
+        )
+        self.figures["grid"] = device_grid(sharding, s.mesh)
+        _display(self.grid_chart, self.figures["grid"])
+
+    def draw_export(self) -> None:
+        s = self.session
+        kind = self.export_kind.value
+        if kind == "Python":
+            text = s.export_code()
+        elif kind == "plain JAX":
+            text = s.export_jax()
+        else:
+            text = json.dumps(to_json(s), indent=2)
+        self.export.value = text
+
+    def change_spec(self) -> None:
+        if self.spec.value == CALIBRATED:
+            self.hardware = self.calibrated()
+        elif self.spec.value in presets.PRESETS:
+            self.hardware = presets.PRESETS[self.spec.value]
+        self.refresh()
+
+    def change_overlap(self) -> None:
+        self.overlap = self.overlap_choice.value
+        self.refresh()
+
+    def calibrated(self):
+        """A spec measured on the attached devices (once; quick mode)."""
+        if self._calibrated is None:
+            from workbench.core.calibrate import calibrate
+
+            self._calibrated = calibrate(quick=True)
+        return self._calibrated
+
+    def run(self) -> None:
+        s = self.session
+        self.run_result.value = render.note("running…")
+        result = s.run(lowering=self.lowering.value)
+        spec = self.calibrated()
+        predicted = s.estimate(spec, overlap=self.overlap).step_s
+        self.last_run, self._run_for = result, s.state
+        self.run_result.value = render.run_result(result, predicted, spec.name)
+
+    def save(self) -> None:
+        path = self.session.save(self.save_path.value)
+        self.saved.value = render.note(f"saved {path}")
