@@ -270,7 +270,7 @@ BAD = {
     ),
     "a field of the wrong type": (
         [*LM, "--strategy", [{"tactic": "SP", "axis": "model", "inside": 3}]],
-        ["applying it failed", "TypeError", "fields"],
+        ["inside of SP must be a list of strings"],
     ),
     "named strategy fails on the model": (
         ["--model", "mlp", "--mesh", "batch=2,model=4", "--tactics", "MP('model')"],

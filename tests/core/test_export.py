@@ -82,6 +82,20 @@ def test_json_strategies_round_trip(tmp_path):
             r"holds a dict; only strings",
         ),
         ([{"tactic": "Tile", "selector": "x"}], r"schedule\[0\] \(Tile\): .*missing"),
+
+        (
+            [{"tactic": "Tile", "selector": "x", "dim": "0", "axis": "batch"}],
+            r"schedule\[0\]\.dim of Tile must be an integer; got '0'",
+        ),
+        (
+            [{"tactic": "Tile", "selector": [1, 2], "dim": 0, "axis": "batch"}],
+            r"selector of Tile must be a string or a list of strings",
+        ),
+        ([{"tactic": "SP", "axis": "model", "inside": 3}], r"inside of SP must be a list"),
+        ([{"tactic": "Auto", "axes": "model", "budget": "x"}], r"budget of Auto must be an"),
+        ([{"tactic": "Auto", "axes": "model", "memory_limit": "1"}], r"must be a number"),
+        ([{"tactic": "Auto", "axes": "model", "hardware": "h100"}], r"has field 'hardware'"),
+        ([{"tactic": "Auto", "axes": "model", "callback": "print"}], r"has field 'callback'"),
     ],
 )
 def test_json_loading_takes_data_only(tmp_path, schedule, message):

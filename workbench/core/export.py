@@ -130,6 +130,46 @@ def _plain(value, where: str):
     )
 
 
+#: Tactic fields that hold objects, not data: never read from a file.
+_NOT_DATA = frozenset({"callback", "hardware"})
+_TYPES = {"str": str, "int": int, "float": float, "bool": bool, "Selector": str}
+
+
+def _check_type(cls, f, value, where: str) -> None:
+    """A field gets the kind of value its declaration or default says (selectors: a string
+    or a list of strings; numbers: ints where floats go too; ``X | None``: null too)."""
+    declared = str(f.type)
+    if value is None and ("None" in declared or f.default is None):
+        return
+    base = declared.split("|")[0].strip()
+    if f.default not in (MISSING, None):
+        kind = type(f.default)
+    else:
+        kind = tuple if base.startswith("tuple") else _TYPES.get(base)
+    checks = {
+        str: lambda v: (
+            isinstance(v, str) or (isinstance(v, tuple) and all(isinstance(x, str) for x in v))
+        ),
+        int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+        float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+        bool: lambda v: isinstance(v, bool),
+        tuple: lambda v: (
+            isinstance(v, str) or (isinstance(v, tuple) and all(isinstance(x, str) for x in v))
+        ),
+    }
+    if kind in checks and not checks[kind](value):
+        want = {
+            str: "a string or a list of strings",
+            int: "an integer",
+            float: "a number",
+            bool: "true or false",
+            tuple: "a list of strings",
+        }[kind]
+        raise WorkbenchError(
+            f"strategy file: {where} of {cls.__name__} must be {want}; got {value!r}."
+        )
+
+
 def tactics_from_json(data) -> tuple[Mesh, list]:
     """The mesh and tactics a strategy file describes, checked field by field."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -151,7 +191,12 @@ def tactics_from_json(data) -> tuple[Mesh, list]:
                 f"strategy file: schedule[{i}] names tactic {name!r}; known tactics are {sorted(classes)}."
             )
         cls = classes[entry["tactic"]]
-        allowed = {f.name for f in fields(cls) if f.init and not f.name.startswith("_")}
+        fields_by_name = {
+            f.name: f
+            for f in fields(cls)
+            if f.init and not f.name.startswith("_") and f.name not in _NOT_DATA
+        }
+        allowed = set(fields_by_name)
         kwargs = {}
         for key, value in entry.items():
             if key == "tactic":
@@ -161,6 +206,7 @@ def tactics_from_json(data) -> tuple[Mesh, list]:
                     f"strategy file: schedule[{i}] ({cls.__name__}) has field {key!r}; it takes {sorted(allowed)}."
                 )
             kwargs[key] = _plain(value, f"schedule[{i}].{key}")
+            _check_type(cls, fields_by_name[key], kwargs[key], f"schedule[{i}].{key}")
         try:
             tactics.append(cls(**kwargs))
         except TypeError as err:
