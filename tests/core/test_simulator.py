@@ -43,7 +43,9 @@ def test_model_state_memory_matches_the_zero_formulas(stage):
         "ZeRO-2": ([bp, wb.Z2("data")], (2 * p, 2 * p / n, 12 * p / n)),
         "ZeRO-3": ([bp, wb.Z3("data")], (2 * p / n, 2 * p / n, 12 * p / n)),
     }[stage]
-    states = wb.Session(prog, mesh, schedule).estimate(hw.H100).memory.states
+    session = wb.Session(prog, mesh, schedule)
+    assert not session.conflicts  # the bf16 parameters stay whole in the compute
+    states = session.estimate(hw.H100).memory.states
     got = (states["parameters"], states["gradients"], states["optimizer"])
     assert got == pytest.approx(expected, rel=0.05)
 
@@ -127,3 +129,14 @@ def test_estimates_on_several_specs_do_not_mix():
     for chip in (hw.CPU, hw.H100, hw.CPU, hw.TPU_V5E):
         fresh = wb.Session(wb.capture(ex.fn, *ex.args), mesh, schedule).estimate(chip)
         assert shared.estimate(chip).compute_s == fresh.compute_s
+
+
+def test_fsdp_with_master_weights_runs_and_matches():
+    config = lm.Config.preset("tiny", master_weights=True)
+    ex = build("lm", config)
+    s = wb.Session(wb.capture(ex.fn, *ex.args), {"batch": 2, "model": 4})
+    s.apply(wb.BP("batch")).apply(wb.Z3("batch"))
+    assert not s.conflicts
+    assert s.sharding("params/layers/0/mlp/w_in").uses("batch")
+    assert s.sharding("opt_state/master/layers/0/mlp/w_in").uses("batch")
+    assert s.run(repeats=1).matches

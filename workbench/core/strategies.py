@@ -162,6 +162,9 @@ def _sharded_like_params(tactic, program, mesh, state, *, params: bool):
             for u in companions(program, p)
             if program.values[u].name.startswith("grads/")
         ]
+    if params:  # the parameters themselves too, when the optimizer does not read them (it
+        # may update a float32 master copy and cast it back: mixed precision)
+        boundary = [*boundary, *ids]
     out: list[Tactic] = [Atomic(_names(program, sorted(set(boundary))), tactic.axis)]
     tiles = []
     kept_whole = []
