@@ -82,7 +82,6 @@ def test_json_strategies_round_trip(tmp_path):
             r"holds a dict; only strings",
         ),
         ([{"tactic": "Tile", "selector": "x"}], r"schedule\[0\] \(Tile\): .*missing"),
-
         (
             [{"tactic": "Tile", "selector": "x", "dim": "0", "axis": "batch"}],
             r"schedule\[0\]\.dim of Tile must be an integer; got '0'",
