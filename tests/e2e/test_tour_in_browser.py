@@ -1,0 +1,123 @@
+"""The tour in a real browser: run notebooks/00_tour.ipynb in JupyterLab and drive the workbench
+widget with clicks: strategies, undo and redo, Auto."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+
+import pytest
+
+from .conftest import (
+    REPO,
+    click,
+    click_strategy,
+    open_and_run_all,
+    record_progress,
+    recorded_progress,
+    wait_for_workbench,
+    wait_settled,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+TOUR = "00_tour.ipynb"
+AUTO_TIMEOUT_S = 400
+SCREENSHOT = REPO / "docs" / "images" / "workbench_tour.png"
+
+STEP_TIME = re.compile(r"step\D{0,20}?\d+(\.\d+)?\s*(ns|µs|us|ms|s)\b")
+
+
+def step(state: dict) -> tuple[int, int]:
+    """(N, count) from the status text "step N of count: ..."."""
+    match = re.search(r"step (\d+) of (\d+)", state["status"] or "")
+    assert match, f"no 'step N of M' in .wb-status: {state['status']!r}"
+    return int(match[1]), int(match[2])
+
+
+def check_sound(state: dict, when: str) -> None:
+    assert not state["error"], f"{when}: .wb-error says {state['error']!r}"
+    assert state["graph"], f"{when}: no <svg> in .wb-graph"
+    assert STEP_TIME.search(state["estimate"] or ""), (
+        f"{when}: no step time in .wb-estimate: {state['estimate']!r}"
+    )
+    assert state["export"] is not None, f"{when}: no .wb-export textarea"
+
+
+def timed(what: str, action, *args, **kwargs):
+    """``action(*args, **kwargs)``, printing how long it took and the status after it."""
+    t = time.monotonic()
+    result = action(*args, **kwargs)
+    status = result.get("status") if isinstance(result, dict) else None
+    print(f"{what}: {time.monotonic() - t:.1f} s" + (f" ({status})" if status else ""))
+    return result
+
+
+def test_tour_in_browser(lab_server, browser_page, page_log, tmp_path):
+    page = browser_page
+    timed("open the tour and run all", open_and_run_all, page, lab_server.url, TOUR)
+    assert not page_log.page_errors, page_log.describe()
+    wait_for_workbench(page)
+    start = timed("the widget", wait_settled, page)
+    check_sound(start, "after run-all")
+
+    bp = timed("BP", click_strategy, page, "BP")
+    check_sound(bp, "after BP")
+    assert step(bp)[0] == 1, bp["status"]
+    assert "BP(" in bp["export"], bp["export"]
+    assert bp["graph"] != start["graph"], "the graph did not change after BP"
+    assert bp["estimate"] != start["estimate"], (
+        f"the estimate did not change after BP: {bp['estimate']!r}"
+    )
+
+    mp = timed("MP", click_strategy, page, "MP")
+    check_sound(mp, "after MP")
+    assert step(mp) == (2, 2), mp["status"]
+    assert "BP(" in mp["export"] and "MP(" in mp["export"], mp["export"]
+    assert mp["graph"] != bp["graph"], "the graph did not change after MP"
+    assert mp["estimate"] != bp["estimate"], (
+        f"the estimate did not change after MP: {mp['estimate']!r}"
+    )
+
+    undo = timed("Undo", click, page, "button.wb-undo")
+    check_sound(undo, "after Undo")
+    assert step(undo)[0] == 1, undo["status"]
+    assert "MP(" not in undo["export"] and "BP(" in undo["export"], undo["export"]
+    assert undo["estimate"] == bp["estimate"], "Undo did not restore the estimate after BP"
+
+    redo = timed("Redo", click, page, "button.wb-redo")
+    check_sound(redo, "after Redo")
+    assert step(redo)[0] == 2, redo["status"]
+    assert "MP(" in redo["export"], redo["export"]
+    assert redo["estimate"] == mp["estimate"], "Redo did not restore the estimate after MP"
+
+    undo = timed("Undo", click, page, "button.wb-undo")
+    assert step(undo)[0] == 1, undo["status"]
+
+    record_progress(page)
+    auto = timed("Auto", click, page, "button.wb-auto", timeout_s=AUTO_TIMEOUT_S)
+    progress = recorded_progress(page)
+    print(f"Auto progress, in percent: {[p.get('value') for p in progress if p.get('visible')]}")
+    assert any(p.get("visible") and (p.get("value") or 0) > 0 for p in progress), (
+        f"the Auto progress bar (.wb-auto-progress) never showed progress: {progress}"
+    )
+    check_sound(auto, "after Auto")
+    assert step(auto)[0] == 2, auto["status"]
+    assert auto["export"] != undo["export"], (
+        "the export did not change after Auto (it holds neither Auto nor a tactic Auto chose); "
+        f"estimate before: {undo['estimate']!r}, after: {auto['estimate']!r}; export:\n{auto['export']}"
+    )
+
+    # The page as a user sees it, the widget at the top.
+    page.locator(".wb-workbench").first.evaluate("el => el.scrollIntoView({block: 'start'})")
+    page.wait_for_timeout(500)
+    shot = tmp_path / "workbench_tour.png"
+    page.screenshot(path=str(shot), full_page=True)
+    if os.environ.get("WORKBENCH_UPDATE_SCREENSHOT") == "1":
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, SCREENSHOT)
+
+    print(page_log.describe())
+    assert not page_log.page_errors, page_log.describe()
