@@ -223,8 +223,7 @@ def _zero_schedule(stage: str, axis: str) -> list:
         "DP": [bp],
         "ZeRO-1": [wb.Replicate("grads/**", axis), bp, wb.Z2(axis)],
         "ZeRO-2": [bp, wb.Z2(axis)],
-        # pin the stored parameters to their layout (see chapter 3 on mixed precision)
-        "ZeRO-3": [bp, wb.Atomic("params/**", axis), wb.Z3(axis)],
+        "ZeRO-3": [bp, wb.Z3(axis)],
     }[stage]
 
 
@@ -259,11 +258,7 @@ def fsdp(program, mesh, schedule, n_params: int, axis: str = "data") -> None:
     from workbench.core import hardware as hw
 
     s = _session(program, mesh, schedule)
-    _no_conflicts(
-        s,
-        f"Hint: pin the stored parameters first, wb.Atomic('params/**', {axis!r}), so their "
-        "sharded storage layout does not spread into the forward pass.",
-    )
+    _no_conflicts(s)
     n = mesh.axis_size(axis)
     states = s.estimate(hw.H100).memory.states
     got, expected = sum(states.values()), 16 * n_params / n
@@ -271,7 +266,8 @@ def fsdp(program, mesh, schedule, n_params: int, axis: str = "data") -> None:
         _close(got, expected, 0.05),
         f"model state is {format_bytes(got)} per device; ZeRO-3 gives 16P/N = "
         f"{format_bytes(expected)} ({ {k: format_bytes(v) for k, v in states.items()} }). "
-        "Are parameters, gradients and optimizer state all sharded?",
+        "Are parameters, gradients and optimizer state all sharded, and the batch split "
+        f"over {axis!r} (FSDP is data parallel)?",
     )
     p = s.program
     cs = s.collectives()
