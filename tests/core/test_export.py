@@ -53,6 +53,20 @@ def test_exported_code_is_readable():
     assert "from workbench.core.strategies import BP, MP" in code
 
 
+def test_searches_export_as_what_they_decided():
+    _, program = example("lm")
+    idle = wb.Auto("batch", inputs="batch/**", budget=4)  # its inputs are decided already
+    s = wb.Session(program, MESH, [BP("batch"), idle, wb.Auto("model", budget=8)])
+    code = s.export_code()
+    assert "    # Auto('batch') decided to leave every input as it was\n" in code
+    decided = s.history[2].decisions(program, MESH, s.state_at(2))
+    note = "decided:" if decided else "decided to leave every input as it was"
+    assert f"    # Auto('model') {note}\n" in code
+    again = rebuilt(code, program)
+    assert dict(again.state.shardings) == dict(s.state.shardings)
+    assert "Auto(" not in code.replace("# Auto(", "")
+
+
 def test_json_strategies_round_trip(tmp_path):
     _, program = example("lm")
     s = wb.Session(

@@ -44,6 +44,22 @@ def exported_tactics(session) -> list:
     return out
 
 
+def _schedule_lines(session) -> list[str]:
+    """One line per tactic; a search's decisions under a comment naming the search."""
+    lines = []
+    for i, tactic in enumerate(session.history):
+        decided = getattr(tactic, "decisions", None)
+        if decided is None:
+            lines.append(f"    {_tactic_code(tactic)},")
+            continue
+        chosen = decided(session.program, session.mesh, session.state_at(i))
+        # str() of a search holds only repr()s of its fields: one line, inert
+        note = "decided:" if chosen else "decided to leave every input as it was"
+        lines.append(f"    # {' '.join(str(tactic).split())} {note}")
+        lines += [f"    {_tactic_code(t)}," for t in chosen]
+    return lines
+
+
 def _tactic_code(tactic) -> str:
     """``Tile(selector='params/**/w_in', dim=1, axis='model')``: every field left at its
     default omitted, every value written with ``repr`` (strings stay inert data)."""
@@ -80,7 +96,7 @@ def export_code(session) -> str:
         "",
         f"MESH = workbench.Mesh({dict(session.mesh.axes)!r})",
         "SCHEDULE = [",
-        *(f"    {_tactic_code(t)}," for t in tactics),
+        *_schedule_lines(session),
         "]",
         "",
         "",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from workbench.core.errors import TacticError, closest_names
+from workbench.core.errors import TacticError, WorkbenchError, closest_names
 from workbench.core.mesh import Mesh
 from workbench.core.propagation import Propagator
 from workbench.core.selectors import Selector, select
@@ -204,7 +204,20 @@ def apply_tactic(program, mesh: Mesh, state: State, tactic: Tactic) -> State:
 
     if isinstance(tactic, PRIMITIVE_TACTICS):
         run(tactic)
-    else:
+        return prop.state()
+    try:
         for sub in tactic.expand(program, mesh, state):
             run(sub)
+    except WorkbenchError as err:  # say which tactic the user wrote, then what it ran into
+        if str(err).startswith(str(tactic)):
+            raise
+        raise _within(tactic, err) from err
     return prop.state()
+
+
+def _within(tactic: Tactic, err: WorkbenchError) -> WorkbenchError:
+    message = str(err)
+    try:
+        return type(err)(f"{tactic} failed: {message}")
+    except TypeError:  # an error type with its own constructor
+        return TacticError(f"{tactic} failed: {message}")
