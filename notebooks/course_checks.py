@@ -452,20 +452,24 @@ def model_state_bytes(session, answer) -> None:
 
 
 # -- chapter 7: automatic search --------------------------------------------------------------
-def auto_fits(program, mesh, schedule, limit: float, hardware, baseline) -> None:
-    """Exercise 7.1: the baseline does not fit under ``limit``; the reader's schedule, which
-    asks Auto to respect the limit, does."""
-    tactics = _as_list(schedule)
-    autos = [t for t in tactics if isinstance(t, wb.Auto)]
+def _autos(session) -> list:
+    autos = [t for t in session.history if isinstance(t, wb.Auto)]
     _require(autos, "put a wb.Auto(...) in your schedule: the search should find the layout.")
+    return autos
+
+
+def auto_fits(session, limit: float, hardware, baseline) -> None:
+    """Exercise 7.1: the baseline schedule does not fit under ``limit``; the reader's session,
+    which asks the search to respect the limit, does."""
+    autos = _autos(session)
     _require(
         all(a.memory_limit is not None and a.memory_limit <= limit for a in autos),
         f"tell the search about the limit: wb.Auto(..., memory_limit={limit:.4g}).",
     )
+    program, mesh = session.program, session.mesh
     base = wb.Session(program, mesh, _as_list(baseline)).estimate(hardware).memory.peak
     _require(base > limit, "the baseline already fits under the limit; nothing to search for.")
-    s = _session(program, mesh, tactics)
-    peak = s.estimate(hardware).memory.peak
+    peak = session.estimate(hardware).memory.peak
     _require(
         peak <= limit,
         f"the search's strategy peaks at {format_bytes(peak)}, over the limit "
@@ -477,33 +481,34 @@ def auto_fits(program, mesh, schedule, limit: float, hardware, baseline) -> None
     )
 
 
-def auto_composes(program, mesh, schedule, hardware) -> None:
+def auto_composes(session, hardware) -> None:
     """Exercise 7.2: BP by hand on "batch", the search deciding "model": the batch split is
     kept, the search only tiles over "model", and the step is no slower than BP alone."""
-    tactics = _as_list(schedule)
+    tactics = list(session.history)
     _require(
         any(isinstance(t, wb.BP) and t.axis == "batch" for t in tactics),
         "start the schedule with wb.BP('batch').",
     )
-    autos = [t for t in tactics if isinstance(t, wb.Auto)]
+    autos = _autos(session)
     _require(
-        autos and all(a.axes == ("model",) for a in autos),
-        "add a wb.Auto over the 'model' axis only.",
+        all(a.axes == ("model",) for a in autos), "the search should decide the 'model' axis only."
     )
-    s = _session(program, mesh, tactics)
-    _no_conflicts(s)
-    tokens = s.sharding("batch/tokens")
+    program, mesh = session.program, session.mesh
+    tokens = session.sharding("batch/tokens")
     _require(tokens.dim_of("batch") == 0, f"batch/tokens is {tokens}: keep BP('batch').")
     i = tactics.index(autos[0])
-    decided = autos[0].decisions(program, s.mesh, s.state_at(i))
+    decided = autos[0].decisions(program, mesh, session.state_at(i))
     _require(
-        all(isinstance(t, wb.Tile) and t.axis == "model" for t in decided),
-        f"the search decided {decided}; expected tiles over 'model' only.",
+        decided and all(isinstance(t, wb.Tile) and t.axis == "model" for t in decided),
+        f"the search decided {decided}; expected tiles over 'model'.",
     )
     bp = wb.Session(program, mesh, [wb.BP("batch")]).estimate(hardware).step_s
-    mine = s.estimate(hardware).step_s
-    _require(mine <= bp, f"{format_seconds(mine)} per step, slower than BP alone ({bp}).")
+    mine = session.estimate(hardware).step_s
+    _require(
+        mine <= bp,
+        f"{format_seconds(mine)} per step, slower than BP alone ({format_seconds(bp)}).",
+    )
     _ok(
-        f"BP kept on 'batch'; the search made {len(decided)} tiling decision(s) over 'model'; "
+        f"BP kept on 'batch'; the search made {len(decided)} tiling decisions over 'model'; "
         f"{format_seconds(mine)} per step against {format_seconds(bp)} for BP alone"
     )
