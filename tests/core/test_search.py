@@ -112,3 +112,6 @@ def test_bad_search_requests():
         wb.Session(program, wb.Mesh({"model": 4}), [Auto("modle")])
     with pytest.raises(TacticError, match="goal must be 'time' or 'memory'"):
         Auto("model", goal="speed")
+    with pytest.raises(TacticError, match="needs a mesh axis name or a list of them"):
+        Auto(3)
+    assert Auto(["batch", "model"]) == Auto(("batch", "model"))  # a list is fine

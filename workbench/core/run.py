@@ -41,6 +41,7 @@ class RunResult:
     times_s: tuple[float, ...]
     compile_time_s: float
     memory: dict = field(default_factory=dict)  # per device, from XLA's memory_analysis
+    differing: tuple[tuple[str, float], ...] = ()  # outputs out of tolerance: (name, rel error)
 
     def __str__(self) -> str:
         mem = self.memory.get("peak_memory_in_bytes") or self.memory.get("temp_size_in_bytes", 0)
@@ -49,7 +50,16 @@ class RunResult:
             f"(max abs error {self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g}); "
             f"step {format_seconds(self.step_time_s)} (median of {len(self.times_s)}), "
             f"compile {format_seconds(self.compile_time_s)}, peak memory per device {format_bytes(mem)}"
+            + self.differing_text()
         )
+
+    def differing_text(self, top: int = 5) -> str:
+        """The outputs out of tolerance, worst first (empty when every output matches)."""
+        if not self.differing:
+            return ""
+        worst = ", ".join(f"{name} ({rel:.2g})" for name, rel in self.differing[:top])
+        more = f" and {len(self.differing) - top} more" if len(self.differing) > top else ""
+        return f"; out of tolerance: {worst}{more}"
 
 
 def example_inputs(program, seed: int = 0) -> list:
@@ -81,6 +91,17 @@ def reference_outputs(program, flat_args, *, cache_key=None) -> list:
     return out
 
 
+def output_errors(outputs, reference) -> list[tuple[float, float, bool]]:
+    """Per output: (max abs error, that error over the output's largest magnitude, whether it
+    is within the dtype's tolerance)."""
+    out = []
+    for o, r in zip(outputs, reference):
+        _, rel, ok = compare([o], [r])
+        err = float(np.max(np.abs(np.asarray(o, np.float64) - np.asarray(r, np.float64))))
+        out.append((err if np.size(r) else 0.0, rel, ok))
+    return out
+
+
 def compare(outputs, reference) -> tuple[float, float, bool]:
     worst_abs, worst_rel, ok = 0.0, 0.0, True
     for out, ref in zip(outputs, reference):
@@ -93,6 +114,15 @@ def compare(outputs, reference) -> tuple[float, float, bool]:
         ok &= err <= max(atol, rtol * scale)
         worst_abs, worst_rel = max(worst_abs, err), max(worst_rel, rel)
     return worst_abs, worst_rel, ok
+
+
+def _differing(program, outputs, reference) -> tuple[tuple[str, float], ...]:
+    """The outputs out of tolerance, worst first: (name, relative error)."""
+    errors = output_errors(outputs, reference)
+    bad = [
+        (program.values[v].name, rel) for v, (_, rel, ok) in zip(program.outputs, errors) if not ok
+    ]
+    return tuple(sorted(bad, key=lambda x: -x[1]))
 
 
 def run(
@@ -145,6 +175,7 @@ def run(
         max_abs_error=abs_err,
         max_rel_error=rel_err,
         matches=ok,
+        differing=() if ok else _differing(program, outputs, reference),
         step_time_s=statistics.median(times),
         times_s=tuple(times),
         compile_time_s=compile_time,

@@ -104,6 +104,11 @@ def decision_groups(program, mesh: Mesh, state: State, axis: str, inputs="**") -
     return groups
 
 
+#: A search stops after this many episodes in a row that price no new path: every rollout
+#: lands on a path seen before, and the unpriced ones are too far apart to reach.
+STALL_EPISODES = 2000
+
+
 class _Node:
     __slots__ = ("children", "reward", "visits")
 
@@ -246,6 +251,7 @@ class Search:
         start = time.perf_counter()
         root = _Node()
         budget = self.auto.budget
+        stalled = 0
         while self.groups and self.evaluations < budget:
             if self.auto.seconds is not None and time.perf_counter() - start > self.auto.seconds:
                 break
@@ -253,6 +259,9 @@ class Search:
             self.episode(root)
             if self.evaluations == before and root.visits > 4 * _paths(self.groups):
                 break  # the tree keeps landing on priced paths: it has seen them all
+            stalled = 0 if self.evaluations > before else stalled + 1
+            if stalled >= STALL_EPISODES:
+                break  # episodes keep landing on priced paths: the rest of the space is far
             if self.auto.callback is not None:
                 self.auto.callback(
                     Progress(
@@ -316,6 +325,17 @@ class Auto(Tactic):
     def __post_init__(self):
         if isinstance(self.axes, str):
             object.__setattr__(self, "axes", (self.axes,))
+        elif isinstance(self.axes, list | tuple):
+            object.__setattr__(self, "axes", tuple(self.axes))
+        if not (
+            isinstance(self.axes, tuple)
+            and self.axes
+            and all(isinstance(a, str) for a in self.axes)
+        ):
+            raise TacticError(
+                f"Auto needs a mesh axis name or a list of them, e.g. Auto('model'); "
+                f"got axes={self.axes!r}."
+            )
         if self.goal not in ("time", "memory"):
             raise TacticError(f"{self}: goal must be 'time' or 'memory'; got {self.goal!r}.")
 

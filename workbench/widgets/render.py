@@ -116,6 +116,10 @@ def run_result(result, predicted_s: float | None, spec_name: str | None) -> str:
         f"(median of {len(result.times_s)} on {esc(result.device)}, {esc(result.lowering)} "
         f"lowering); compile {format_seconds(result.compile_time_s)}",
     ]
+    if result.differing:
+        rows.append(
+            f'<span style="color:#b00020">{esc(result.differing_text().lstrip("; "))}</span>'
+        )
     if predicted_s is not None:
         rows.append(
             f"predicted {format_seconds(predicted_s)} on {esc(spec_name)} "

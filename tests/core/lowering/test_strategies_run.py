@@ -40,3 +40,17 @@ def test_strategies_shard_what_they_say(model):
     params = z3.shardings("params/**")
     assert sum(bool(sh.tiled_axes) for sh in params.values()) >= len(params) // 2
     assert all("batch" in sh.atomic for sh in params.values())
+
+
+def test_a_run_names_the_outputs_out_of_tolerance():
+    from workbench.core.run import _differing, compare, example_inputs, reference_outputs
+
+    program = concrete("mlp")
+    reference = reference_outputs(program, example_inputs(program))
+    outputs = list(reference)
+    k = max(range(len(outputs)), key=lambda i: outputs[i].size)
+    outputs[k] = outputs[k] * 1.01  # one output off by 1%
+    assert not compare(outputs, reference)[2]
+    ((name, rel),) = _differing(program, outputs, reference)
+    assert name == program.values[program.outputs[k]].name and rel > 0.009
+    assert _differing(program, reference, reference) == ()
