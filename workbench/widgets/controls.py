@@ -23,7 +23,7 @@ GIB = 2**30
 
 def button(text: str, css: str, tooltip: str = "", style: str = "") -> w.Button:
     b = w.Button(description=text, tooltip=tooltip or text, button_style=style)
-    b.layout.width = "auto"
+    b.layout = w.Layout(width="auto", min_width=f"{12 + 9 * len(text)}px", flex="0 0 auto")
     b.add_class(css)
     return b
 
@@ -50,7 +50,11 @@ class StrategyBar:
             b.on_click(lambda _, name=name: self.apply(name))
             self.buttons[name] = b
         self.box = w.VBox(
-            [heading("Named strategies"), w.HBox([*self.buttons.values(), self.axis])]
+            [
+                heading("Named strategies"),
+                w.HBox([*self.buttons.values()], layout=w.Layout(flex_flow="row wrap")),
+                self.axis,
+            ]
         )
 
     def axis_for(self, name: str) -> str:
@@ -76,7 +80,7 @@ class TacticBuilder:
         )
         self.value.add_class("wb-value")
         self.kind = w.ToggleButtons(options=["Tile", "Replicate", "Atomic"], value="Tile")
-        self.kind.style.button_width = "80px"
+        self.kind.style.button_width = "92px"
         self.dim = w.Dropdown(options=[("dim 0", 0)], value=0, layout=w.Layout(width="150px"))
         self.axis = w.Dropdown(options=list(session.mesh.names), layout=w.Layout(width="120px"))
         self.apply_button = button("Apply", "wb-apply", "apply this tactic", "primary")

@@ -62,9 +62,15 @@ def estimate(e) -> str:
 
 
 def conflicts(reports) -> str:
+    """The conflicts, folded under a line that counts them."""
     if not reports:
         return ""
-    return "".join(pre(str(r), "color:#b00020") for r in reports)
+    n = len(reports)
+    head = (
+        f'<summary style="color:#b00020">{n} conflict{"s" * (n != 1)}: propagation stopped '
+        "there; the plan redistributes (priced in the estimate)</summary>"
+    )
+    return f"<details>{head}{''.join(pre(str(r), 'color:#b00020') for r in reports)}</details>"
 
 
 def collective_table(rows, limit: int = 200) -> str:

@@ -11,6 +11,7 @@ inspector, the run panel and the export panel.
 from __future__ import annotations
 
 import json
+import re
 
 import ipywidgets as w
 
@@ -46,6 +47,7 @@ CALIBRATED = "calibrated: the attached devices"
 COLLAPSE = [("auto", "auto"), ("every op", None), ("phases", 0), ("top scopes", 1), ("depth 2", 2)]
 PHASES = ("forward", "backward", "optimizer")
 EXPORTS = ("Python", "plain JAX", "JSON")
+SMALL_PROGRAM = 300  # ops; larger programs open with one box per top-level scope and phase
 
 
 def _display(out: w.Output, fig) -> None:
@@ -61,8 +63,14 @@ def _display(out: w.Output, fig) -> None:
 
 
 def _svg(digraph) -> str:
+    """The graph's SVG scaled to the panel's width (its height follows; the panel scrolls)."""
     svg = to_svg(digraph)
-    return svg[svg.index("<svg") :]
+    svg = svg[svg.index("<svg") :]
+    head, rest = svg.split(">", 1)
+    natural = re.search(r'\swidth="([^"]*)"', head)
+    head = re.sub(r'\s(width|height)="[^"]*"', "", head)
+    cap = f"max-width:{natural.group(1)};" if natural else ""
+    return f'{head} width="100%" style="{cap}height:auto">{rest}'
 
 
 class Workbench(w.VBox):
@@ -107,7 +115,11 @@ class Workbench(w.VBox):
         self.history = HistoryPanel(self)
 
         # the program graph and how it is drawn
-        self.collapse = w.Dropdown(options=COLLAPSE, value="auto", description="collapse")
+        self.collapse = w.Dropdown(
+            options=COLLAPSE,
+            value="auto" if len(program.ops) <= SMALL_PROGRAM else 1,
+            description="collapse",
+        )
         self.expand = w.Text(
             placeholder="scopes to draw op by op: layer0/attn, … (enter)", continuous_update=False
         )
@@ -117,7 +129,7 @@ class Workbench(w.VBox):
         }
         for control in (self.collapse, self.expand, *self.phases.values()):
             control.observe(lambda _: self.redraw("draw the graph", self.draw_graph), "value")
-        self.graph = w.HTML()
+        self.graph = w.HTML(layout=w.Layout(width="100%"))
         self.graph.add_class("wb-graph")
         graph_box = w.Box(
             [self.graph],
