@@ -7,7 +7,10 @@ and the same weight in every layer (``params/layers/*/attn/wq``). After each act
 propagation runs (so later groups may already be decided); a finished episode is priced
 by the simulator: the reward is the start state's step time over the episode's, cut when
 the peak memory per device exceeds the limit. UCT picks the next episode's path; random
-rollouts finish it. Deterministic for a given seed.
+rollouts finish it. The last quarter of the budget refines the best path found by hill
+climbing: clear one axis entirely, or change one group's action, keeping any improvement.
+Deterministic for a given seed (given a budget in evaluations; a budget in seconds depends
+on the machine's speed).
 
     schedule = [BP("batch"), Auto("model")]   # BP by hand, the search decides "model"
 """
@@ -107,6 +110,8 @@ def decision_groups(program, mesh: Mesh, state: State, axis: str, inputs="**") -
 #: A search stops after this many episodes in a row that price no new path: every rollout
 #: lands on a path seen before, and the unpriced ones are too far apart to reach.
 STALL_EPISODES = 2000
+#: The share of the budget (evaluations and seconds) spent refining the tree's best path.
+POLISH_SHARE = 0.25
 
 
 class _Node:
@@ -248,13 +253,15 @@ class Search:
         return best[1], best[0]
 
     def run(self) -> list[Tactic]:
+        """The tree search on the first ``1 - POLISH_SHARE`` of the budget (evaluations and
+        seconds), then local refinement of the best path on the rest."""
         start = time.perf_counter()
+        budget, seconds = self.auto.budget, self.auto.seconds
+        tree_budget = max(1, math.ceil(budget * (1 - POLISH_SHARE)))
+        tree_seconds = None if seconds is None else seconds * (1 - POLISH_SHARE)
         root = _Node()
-        budget = self.auto.budget
         stalled = 0
-        while self.groups and self.evaluations < budget:
-            if self.auto.seconds is not None and time.perf_counter() - start > self.auto.seconds:
-                break
+        while self.groups and self.within(start, tree_budget, tree_seconds):
             before = self.evaluations
             self.episode(root)
             if self.evaluations == before and root.visits > 4 * _paths(self.groups):
@@ -262,17 +269,68 @@ class Search:
             stalled = 0 if self.evaluations > before else stalled + 1
             if stalled >= STALL_EPISODES:
                 break  # episodes keep landing on priced paths: the rest of the space is far
-            if self.auto.callback is not None:
-                self.auto.callback(
-                    Progress(
-                        self.evaluations,
-                        budget,
-                        self.base[0] / self.best[0],
-                        self.tactics(self.best[1]),
-                        time.perf_counter() - start,
-                    )
-                )
+            self.report(start)
+        if self.groups:
+            self.polish(start, budget, seconds)
         return self.tactics(self.best[1])
+
+    def within(self, start: float, budget: int, seconds: float | None) -> bool:
+        return self.evaluations < budget and (
+            seconds is None or time.perf_counter() - start <= seconds
+        )
+
+    def report(self, start: float) -> None:
+        if self.auto.callback is not None:
+            self.auto.callback(
+                Progress(
+                    self.evaluations,
+                    self.auto.budget,
+                    self.base[0] / self.best[0],
+                    self.tactics(self.best[1]),
+                    time.perf_counter() - start,
+                )
+            )
+
+    # -- local refinement ----------------------------------------------------------------
+    def full(self, path: tuple) -> tuple:
+        """``path`` made complete and valid: an action no longer open after the actions
+        before it (or missing) becomes SKIP."""
+        out: tuple = ()
+        for depth in range(len(self.groups)):
+            action = path[depth] if depth < len(path) else SKIP
+            out = (*out, action if action in self.options(out) else SKIP)
+        return out
+
+    def neighbours(self, path: tuple):
+        """Paths one move from ``path``: leave every group of one axis alone, or change one
+        group's action."""
+        for axis in self.auto.axes:
+            cleared = tuple(
+                SKIP if g.axis == axis else a for g, a in zip(self.groups, path, strict=True)
+            )
+            if cleared != path:
+                yield self.full(cleared)
+        for depth in range(len(self.groups)):
+            for action in self.options(path[:depth]):
+                if action != path[depth]:
+                    yield self.full((*path[:depth], action, *path[depth + 1 :]))
+
+    def polish(self, start: float, budget: int, seconds: float | None) -> None:
+        """First-improvement hill climbing from the best path until no move improves it or
+        the budget is spent (a tree search settles which groups matter; this settles the
+        groups it left to chance)."""
+        path = self.full(self.best[1])
+        score = self.score(path)
+        improved = True
+        while improved and self.within(start, budget, seconds):
+            improved = False
+            for candidate in self.neighbours(path):
+                if not self.within(start, budget, seconds):
+                    break
+                if candidate != path and self.score(candidate) > score:
+                    path, score, improved = candidate, self.scores[candidate], True
+                    self.report(start)
+                    break
 
     def tactics(self, path: tuple) -> tuple[Tactic, ...]:
         """The path as the tile tactics that had an effect, in order."""
