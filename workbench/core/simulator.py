@@ -431,8 +431,12 @@ class _Simulator:
                 touch(fetch.value, fetch.src, end)
                 touch(fetch.value, fetch.dst, end)
         # a layout read only to be shrunk is shrunk where it is made, then freed
+        layouts: dict[int, list[tuple]] = {}  # value -> its span keys
+        if eager:
+            for k in spans:
+                layouts.setdefault(k[0], []).append(k)
         for key, src_value in eager:
-            natural = [k for k in spans if k[0] == src_value and shrink_only.get(k) and k != key]
+            natural = [k for k in layouts.get(src_value, ()) if shrink_only.get(k) and k != key]
             if natural and src_value in made_at:
                 spans[key][0] = min(spans[key][0], made_at[src_value])
                 for k in natural:
