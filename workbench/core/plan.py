@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from workbench.core.collectives import Collective
+from workbench.core.gcpause import without_gc
 from workbench.core.mesh import Mesh
 from workbench.core.propagation import OpIndex, op_index, walk_axes
 from workbench.core.redistribute import (
@@ -518,6 +519,7 @@ class Planner:
             )
 
 
+@without_gc
 def build_plan(program, mesh: Mesh, state: State) -> Plan:
     """The execution plan of ``state`` (see module doc)."""
     return Planner(program, mesh, state).run()

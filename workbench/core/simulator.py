@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 
 from workbench.core.collectives import KINDS, Collective
 from workbench.core.costs import OpCost, op_cost, op_time, tensor_bytes
+from workbench.core.gcpause import without_gc
 from workbench.core.hardware import Hardware, collective_time
 from workbench.core.mesh import Mesh
 from workbench.core.redistribute import layout_key
@@ -524,6 +525,7 @@ class _Simulator:
         return out
 
 
+@without_gc
 def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="none") -> Estimate:
     """The simulator's estimate of one step (see module doc)."""
     sim = _Simulator(program, mesh, state, plan, hardware)

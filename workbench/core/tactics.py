@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from workbench.core.errors import TacticError, WorkbenchError, closest_names
+from workbench.core.gcpause import without_gc
 from workbench.core.mesh import Mesh
 from workbench.core.propagation import Propagator
 from workbench.core.selectors import Selector, select
@@ -181,6 +182,7 @@ class Atomic(Tactic):
 PRIMITIVE_TACTICS = (Tile, Replicate, Atomic)
 
 
+@without_gc
 def apply_tactic(program, mesh: Mesh, state: State, tactic: Tactic) -> State:
     """The state after ``tactic``: its seeds, then propagation to a fixed point on every axis.
 
