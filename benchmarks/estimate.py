@@ -23,9 +23,9 @@ from workbench.models import build, lm
 MESH = wb.Mesh({"batch": 2, "model": 4})
 
 
-def once(ex) -> tuple[float, float, float, float]:
+def once(ex) -> tuple[float, float, float, float, int]:
     """Seconds to apply MP after BP, to plan the result, and to estimate it cold and warm,
-    on a freshly captured program (nothing cached)."""
+    on a freshly captured program (nothing cached); and the program's op count."""
     program = wb.capture(ex.fn, *ex.args)
     s = wb.Session(program, MESH, [wb.BP("batch")])
     t0 = time.perf_counter()
@@ -37,14 +37,13 @@ def once(ex) -> tuple[float, float, float, float]:
     t3 = time.perf_counter()
     estimate(program, MESH, s.state, plan, hw.H100)
     t4 = time.perf_counter()
-    return t1 - t0, t2 - t1, t3 - t2, t4 - t3
+    return t1 - t0, t2 - t1, t3 - t2, t4 - t3, len(program.ops)
 
 
 def measure(name: str, layers: int) -> list:
     ex = build(name, lm.Config.preset("large", n_layers=layers), abstract=True)
     runs = [once(ex) for _ in range(3)]
-    tactic, plan, cold, warm = (statistics.median(x) for x in zip(*runs))
-    ops = len(wb.capture(ex.fn, *ex.args).ops)
+    tactic, plan, cold, warm, ops = (statistics.median(x) for x in zip(*runs))
     return [
         name,
         layers,

@@ -151,6 +151,20 @@ _NOT_DATA = frozenset({"callback", "hardware"})
 _TYPES = {"str": str, "int": int, "float": float, "bool": bool, "Selector": str}
 
 
+def _strings(v) -> bool:
+    return isinstance(v, str) or (isinstance(v, tuple) and all(isinstance(x, str) for x in v))
+
+
+#: Per kind of field: what a value read from a file must pass, and how to say it.
+_ACCEPTS = {
+    str: (_strings, "a string or a list of strings"),
+    tuple: (_strings, "a list of strings"),
+    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    float: (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
+    bool: (lambda v: isinstance(v, bool), "true or false"),
+}
+
+
 def _check_type(cls, f, value, where: str) -> None:
     """A field gets the kind of value its declaration or default says (selectors: a string
     or a list of strings; numbers: ints where floats go too; ``X | None``: null too)."""
@@ -162,27 +176,9 @@ def _check_type(cls, f, value, where: str) -> None:
         kind = type(f.default)
     else:
         kind = tuple if base.startswith("tuple") else _TYPES.get(base)
-    checks = {
-        str: lambda v: (
-            isinstance(v, str) or (isinstance(v, tuple) and all(isinstance(x, str) for x in v))
-        ),
-        int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-        float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-        bool: lambda v: isinstance(v, bool),
-        tuple: lambda v: (
-            isinstance(v, str) or (isinstance(v, tuple) and all(isinstance(x, str) for x in v))
-        ),
-    }
-    if kind in checks and not checks[kind](value):
-        want = {
-            str: "a string or a list of strings",
-            int: "an integer",
-            float: "a number",
-            bool: "true or false",
-            tuple: "a list of strings",
-        }[kind]
+    if kind in _ACCEPTS and not _ACCEPTS[kind][0](value):
         raise WorkbenchError(
-            f"strategy file: {where} of {cls.__name__} must be {want}; got {value!r}."
+            f"strategy file: {where} of {cls.__name__} must be {_ACCEPTS[kind][1]}; got {value!r}."
         )
 
 

@@ -149,11 +149,12 @@ class Session:
         return Diff(before, after, changes)
 
     # -- the partitioned program ------------------------------------------------------------
-    def plan(self):
-        """The execution plan of the current state (cached per state)."""
+    def plan(self, step: int | None = None):
+        """The execution plan of the state at ``step`` (default: the current one), cached
+        per state."""
         from workbench.core.plan import build_plan
 
-        state = self.state
+        state = self.state if step is None else self.state_at(step)
         cache = self.__dict__.setdefault("_plans", {})
         if state not in cache:
             cache[state] = build_plan(self.program, self.mesh, state)

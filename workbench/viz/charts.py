@@ -24,7 +24,6 @@ from plotly.subplots import make_subplots
 
 from workbench.core.collectives import KINDS
 from workbench.core.errors import WorkbenchError
-from workbench.core.plan import build_plan
 from workbench.core.simulator import CATEGORIES, Estimate, estimate
 from workbench.core.units import format_bytes, format_seconds
 from workbench.viz.style import (
@@ -165,7 +164,8 @@ def estimates_over_schedule(
 ) -> list[Estimate]:
     """The estimate at each step (default: 0, nothing applied, to the session's current step).
 
-    Reads ``session.state_at(i)`` and plans each state afresh: the session is not moved.
+    Reads ``session.state_at(i)`` and its plan (``session.plan(i)``, cached per state): the
+    session is not moved.
     ``hardware`` defaults to the host CPU preset, as ``session.estimate`` does.
     """
     if hardware is None:
@@ -175,9 +175,8 @@ def estimates_over_schedule(
     program, mesh = session.program, session.mesh
     out = []
     for i in range(session.step + 1) if steps is None else steps:
-        state = session.state_at(i)
-        plan = build_plan(program, mesh, state)
-        out.append(estimate(program, mesh, state, plan, hardware, overlap=overlap))
+        plan = session.plan(i)
+        out.append(estimate(program, mesh, session.state_at(i), plan, hardware, overlap=overlap))
     return out
 
 

@@ -290,12 +290,11 @@ class Workbench(w.VBox):
 
     def draw_estimate(self) -> None:
         s, hw = self.session, self.hardware
-        e = s.estimate(hw, overlap=self.overlap)
-        self.estimate = e
+        steps = estimates_over_schedule(s, hw, overlap=self.overlap)
+        e = self.estimate = steps[-1]  # the current step's
         self.summary.value = render.estimate(e)
         self.figures["time"] = time_breakdown(e)
         self.figures["memory"] = memory_breakdown(e)
-        steps = estimates_over_schedule(s, hw, overlap=self.overlap)
         self.figures["schedule"] = schedule_estimates(steps, schedule_labels(s))
         for out, key in (
             (self.time_chart, "time"),
