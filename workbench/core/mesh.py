@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from workbench.core.errors import MeshError
 
@@ -18,6 +18,7 @@ class Mesh:
     """
 
     axes: tuple[tuple[str, int], ...]
+    _hash: int = field(default=0, compare=False, repr=False)
 
     def __init__(self, axes: Mapping[str, int] | tuple[tuple[str, int], ...] | list):
         items = list(axes.items()) if isinstance(axes, Mapping) else list(axes)
@@ -47,6 +48,10 @@ class Mesh:
                 )
             seen.add(name)
         object.__setattr__(self, "axes", tuple((n, int(s)) for n, s in items))
+        object.__setattr__(self, "_hash", hash(self.axes))
+
+    def __hash__(self) -> int:  # meshes key the planner's and simulator's caches: hash once
+        return self._hash
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -23,12 +23,11 @@ from workbench.core.redistribute import (
     Step,
     as_layout,
     cost_bytes,
-    layout_key,
     peak_bytes,
     redistribute,
     steps_wire_bytes,
 )
-from workbench.core.sharding import Sharding
+from workbench.core.sharding import Sharding, canonical, clear_canonical
 from workbench.core.state import State
 
 
@@ -63,6 +62,8 @@ class Plan:
     ops: tuple[OpPlan | None, ...]  # by op id
     outputs: tuple[Fetch | None, ...]  # per program output
     collectives: tuple[Collective, ...]
+    # values some fetch redistributes (a collective or a local step reads them from memory)
+    redistributed: frozenset[int] = frozenset()
 
     def op(self, op_id: int) -> OpPlan:
         return self.ops[op_id]
@@ -231,6 +232,13 @@ class _OpLayout:
 _PLAN_CACHE: dict = {}
 
 
+def clear_caches() -> None:
+    """Forget every op layout planned so far in this process (and the canonical shardings
+    they share): the next plans start from nothing, as in a fresh process."""
+    _PLAN_CACHE.clear()
+    clear_canonical()
+
+
 def plan_op(program, mesh: Mesh, state: State, op, ix: OpIndex) -> tuple:
     """(factor_axes, contracted, passed, operand layouts, result layouts) for one op.
 
@@ -243,7 +251,10 @@ def plan_op(program, mesh: Mesh, state: State, op, ix: OpIndex) -> tuple:
     if hit is None:
         if len(_PLAN_CACHE) > 200_000:
             _PLAN_CACHE.clear()
-        hit = _PLAN_CACHE[key] = _plan_op(program, mesh, state, op, ix)
+        fa, contracted, passed, operands, results = _plan_op(program, mesh, state, op, ix)
+        operands = tuple(None if s is None else canonical(s) for s in operands)
+        results = tuple(canonical(s) for s in results)
+        hit = _PLAN_CACHE[key] = (fa, contracted, passed, operands, results)
     return hit
 
 
@@ -380,22 +391,19 @@ class Planner:
         self.program, self.mesh, self.state = program, mesh, state
         self.index = op_index(program)
         self.scopes: list[list[int]] = []  # per open scope, the values given layouts in it
-        # value -> layout key -> (layout, scope depth, the fetch that reads it as it is)
-        self.versions: dict[int, dict[tuple, tuple[Sharding, int, Fetch]]] = {}
+        # value -> layout (no tactic pins) -> (scope depth, the fetch that reads it as it is)
+        self.versions: dict[int, dict[Sharding, tuple[int, Fetch]]] = {}
         self.ops: list[OpPlan | None] = [None] * len(program.ops)
         self.collectives: list[Collective] = []
+        self.redistributed: set[int] = set()
         self.repeat = 1
 
     def available(self, v: int) -> list[Sharding]:
-        return [s for s, _, _ in self.versions.get(v, {}).values()]
+        return list(self.versions.get(v, {}))
 
     def add(self, v: int, layout: Sharding) -> None:
         layout = as_layout(layout)
-        self.versions.setdefault(v, {})[layout_key(layout)] = (
-            layout,
-            len(self.scopes),
-            Fetch(v, layout, layout, ()),
-        )
+        self.versions.setdefault(v, {})[layout] = (len(self.scopes), Fetch(v, layout, layout, ()))
         self.scopes[-1].append(v)
 
     def open_scope(self) -> None:
@@ -404,7 +412,7 @@ class Planner:
     def close_scope(self) -> None:
         depth = len(self.scopes)
         for v in set(self.scopes.pop()):
-            kept = {k: entry for k, entry in self.versions[v].items() if entry[1] < depth}
+            kept = {k: entry for k, entry in self.versions[v].items() if entry[0] < depth}
             if kept:
                 self.versions[v] = kept
             else:
@@ -416,19 +424,20 @@ class Planner:
         versions = self.versions.get(v)
         if not versions:
             raise AssertionError(f"value {self.program.values[v].name} used before it is defined")
-        hit = versions.get(layout_key(dst))
-        if hit is not None:
-            return hit[2]
         dst = as_layout(dst)
-        options = [s for s, _, _ in versions.values()]
+        hit = versions.get(dst)
+        if hit is not None:
+            return hit[1]
         best = None
-        for s in options:
+        for s in list(versions):
             steps = redistribute(s, dst, self.mesh)
             cost = (cost_bytes(steps), peak_bytes(steps, s, self.mesh), len(steps))
             if best is None or cost < best[0]:
                 best = (cost, s, steps)
         _, src, steps = best
         self.add(v, dst)
+        if steps:
+            self.redistributed.add(v)
         self.record(v, steps, consumer)
         return Fetch(v, src, dst, steps)
 
@@ -482,7 +491,9 @@ class Planner:
             else None
             for v in p.outputs
         )
-        return Plan(tuple(self.ops), outputs, tuple(self.collectives))
+        return Plan(
+            tuple(self.ops), outputs, tuple(self.collectives), frozenset(self.redistributed)
+        )
 
     def walk(self, op_ids) -> None:
         p = self.program

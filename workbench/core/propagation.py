@@ -18,7 +18,7 @@ from types import MappingProxyType
 
 from workbench.core.mesh import Mesh
 from workbench.core.rules.mapping import FactorMapping
-from workbench.core.sharding import Sharding
+from workbench.core.sharding import Sharding, canonical
 from workbench.core.state import Claim, Conflict, Provenance, State
 
 
@@ -40,7 +40,9 @@ def op_index(program) -> tuple[OpIndex, ...]:
     if cached is not None:
         return cached
     out = []
+    canonical: dict = {}  # equal mappings (the ops of repeated layers) as one object
     for op, mapping in zip(program.ops, program.mappings):
+        mapping = canonical.setdefault(mapping, mapping)
         tensors = tuple(
             v if isinstance(v, int) else -1 for v in (*op.linked_operands, *op.linked_results)
         )
@@ -372,6 +374,8 @@ class Propagator:
     # -- result ----------------------------------------------------------------------------
     def state(self) -> State:
         """The state built so far (the final one once the tactic is done)."""
+        for v in self.changed:
+            self.sh[v] = canonical(self.sh[v])
         return State(
             shardings=MappingProxyType(self.sh),
             provenance=MappingProxyType(self.prov),

@@ -55,6 +55,8 @@ class Sharding:
     replicated: frozenset[str] = frozenset()
     atomic: frozenset[str] = frozenset()
     _hash: int = field(default=0, init=False, repr=False, compare=False)
+    # (mesh, local shape, local size) of the last mesh asked about: the simulator asks often
+    _local: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def __hash__(self) -> int:  # shardings key the planner's caches: hash once
         h = self._hash
@@ -67,6 +69,20 @@ class Sharding:
             )
             object.__setattr__(self, "_hash", h)
         return h
+
+    def __eq__(self, other) -> bool:  # hot in the planner's cache lookups: cheapest test first
+        if self is other:
+            return True
+        if other.__class__ is not Sharding:
+            return NotImplemented
+        return (
+            self.dims == other.dims
+            and self.partial == other.partial
+            and self.shape == other.shape
+            and self.replicated == other.replicated
+            and self.atomic == other.atomic
+            and (self.dtype is other.dtype or self.dtype == other.dtype)
+        )
 
     @classmethod
     def unsharded(cls, shape, dtype) -> Sharding:
@@ -118,7 +134,15 @@ class Sharding:
 
     def local_shape(self, mesh: Mesh) -> tuple[int, ...]:
         """The shape each device holds."""
-        return _local_shape(self.shape, self.dims, mesh)
+        return self._on(mesh)[1]
+
+    def _on(self, mesh: Mesh) -> tuple:
+        local = self._local
+        if local is None or (local[0] is not mesh and local[0] != mesh):
+            shape = _local_shape(self.shape, self.dims, mesh)
+            local = (mesh, shape, math.prod(shape) * self.dtype.itemsize)
+            object.__setattr__(self, "_local", local)
+        return local
 
     @property
     def size(self) -> int:
@@ -129,7 +153,7 @@ class Sharding:
         return self.size * self.dtype.itemsize
 
     def local_nbytes(self, mesh: Mesh) -> int:
-        return _local_size(self.shape, self.dims, mesh) * self.dtype.itemsize
+        return self._on(mesh)[2]
 
     # -- updates -------------------------------------------------------------------------------
     def with_tile(self, dim: int, axis: str) -> Sharding:
@@ -181,12 +205,22 @@ class Sharding:
         return f"Sharding({self})"
 
 
+_CANONICAL: dict[Sharding, Sharding] = {}
+
+
+def canonical(s: Sharding) -> Sharding:
+    """One object for equal shardings (states and plans keep those they make canonical), so
+    the planner's caches compare them by identity."""
+    if len(_CANONICAL) > 1 << 18:
+        _CANONICAL.clear()
+    return _CANONICAL.setdefault(s, s)
+
+
+def clear_canonical() -> None:
+    _CANONICAL.clear()
+
+
 @lru_cache(maxsize=1 << 16)
 def _local_shape(shape, dims, mesh: Mesh) -> tuple[int, ...]:
     sizes = mesh.shape
     return tuple(n // math.prod(sizes[a] for a in axes) for n, axes in zip(shape, dims))
-
-
-@lru_cache(maxsize=1 << 16)
-def _local_size(shape, dims, mesh: Mesh) -> int:
-    return math.prod(_local_shape(shape, dims, mesh))

@@ -33,12 +33,14 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from workbench.core.collectives import KINDS, Collective
 from workbench.core.costs import OpCost, op_cost, op_time, tensor_bytes
 from workbench.core.gcpause import without_gc
 from workbench.core.hardware import Hardware, collective_time
 from workbench.core.mesh import Mesh
-from workbench.core.redistribute import layout_key
+from workbench.core.redistribute import as_layout
 from workbench.core.rules.mapping import TensorType
 from workbench.core.units import format_bytes, format_seconds
 
@@ -236,6 +238,9 @@ class _Static:
     in_place: frozenset  # positions of elementwise kernels
     copies: tuple  # (op id, operand indices read through a transposed copy)
     optimizer_ops: tuple  # op ids in the optimizer phase
+    priced: tuple  # (op id, values of it that may stay fused) for every op without regions
+    fusing: dict  # op id -> those values
+    alike: dict  # op id -> a class of ops priced alike (see ``_alike``)
 
     @classmethod
     def of(cls, program) -> _Static:
@@ -250,6 +255,10 @@ class _Static:
                     continue
                 if all(program.ops[u].primitive in FUSING_READERS for u in program.users[v.id]):
                     fused.add(v.id)
+            fusing = {}
+            for op in program.ops:
+                tensors = [v for v in op.operands if isinstance(v, int)] + list(op.results)
+                fusing[op.id] = tuple(dict.fromkeys(v for v in tensors if v in fused))
             copies = []
             for op in program.ops:
                 if op.primitive in COPYING:
@@ -264,8 +273,37 @@ class _Static:
                 in_place=frozenset(i for i, op in enumerate(order) if op.primitive in FUSIBLE),
                 copies=tuple(copies),
                 optimizer_ops=tuple(op.id for op in program.ops if op.phase == "optimizer"),
+                priced=tuple((op.id, fusing[op.id]) for op in program.ops if not op.regions),
+                fusing=fusing,
+                alike=_alike(program, fusing),
             )
         return cached
+
+
+def _alike(program, fusing: dict) -> dict[int, int]:
+    """Op id -> a class of ops that cost the same in the same layouts (same primitive,
+    params, types and literal values): the repeated layers of a model are priced once."""
+
+    def type_key(t: TensorType) -> tuple:
+        literal = None if t.literal is None else np.asarray(t.literal).tobytes()
+        return (t.shape, t.dtype, literal)
+
+    classes: dict = {}
+    out = {}
+    for op in program.ops:
+        key = (
+            op.primitive,
+            tuple(sorted(op.params.items())),
+            tuple(type_key(program.operand_type(v)) for v in op.operands),
+            tuple(program.values[v].type for v in op.results),
+            # which of its tensors may stay fused, by position (``fused`` flags follow them)
+            tuple(i for i, v in enumerate((*op.operands, *op.results)) if v in fusing[op.id]),
+        )
+        try:
+            out[op.id] = classes.setdefault(key, len(classes))
+        except TypeError:  # params an op alone has (arrays, callables): priced on its own
+            out[op.id] = classes.setdefault(("op", op.id), len(classes))
+    return out
 
 
 class _Simulator:
@@ -278,60 +316,59 @@ class _Simulator:
         self.static = _Static.of(program)
 
     # -- time ------------------------------------------------------------------------------
-    def materialised(self) -> set[int]:
-        """Values the plan redistributes: a collective or a local step reads them from
-        memory, so they cannot stay inside a fused kernel."""
-        out = set()
-        for o in self.plan.ops:
-            if o is not None:
-                out.update(f.value for f in o.fetches if f is not None and f.steps)
-        out.update(f.value for f in self.plan.outputs if f is not None and f.steps)
+    def op_estimates(self) -> list[OpEstimate]:
+        """Per op, its cost and time on one device. Cached per hardware spec by everything
+        the price depends on (the op, its layouts, which of its tensors stay fused)."""
+        out = []
+        append, cache, plan_ops = out.append, self.cache, self.plan.ops
+        # a value the plan redistributes is read from memory: it cannot stay fused
+        redistributed = self.plan.redistributed
+        for op_id, candidates in self.static.priced:
+            o = plan_ops[op_id]
+            if o is None:
+                continue
+            fused = tuple(v not in redistributed for v in candidates) if candidates else ()
+            key = (op_id, o.operands, o.results, o.repeats, fused)
+            hit = cache.get(key)
+            if hit is None:
+                alike = ("alike", self.static.alike[op_id], o.operands, o.results, fused)
+                priced = cache.get(alike)
+                if priced is None:
+                    priced = cache[alike] = self.price(op_id, o, fused)
+                cost, seconds, kernel = priced
+                hit = cache[key] = OpEstimate(op_id, cost, seconds, o.repeats, kernel)
+            append(hit)
         return out
 
-    def op_estimates(self) -> list[OpEstimate]:
-        out = []
+    def price(self, op_id: int, o, fused: tuple[bool, ...]) -> tuple[OpCost, float, bool]:
+        """One op's cost, seconds per run and whether it launches a kernel; ``fused`` says, per ``_Static.priced`` candidate, whether that
+        tensor stays inside a fused kernel."""
         p, mesh, hw = self.program, self.mesh, self.hw
-        fused = self.static.fused - self.materialised()
-        for op in p.ops:
-            plan = self.plan.ops[op.id]
-            if plan is None or op.regions:
-                continue
-            ins = tuple(
-                s.local_shape(mesh) if s is not None else None
-                for s in plan.operands[: len(op.operands)]
-            )
-            outs = tuple(s.local_shape(mesh) for s in plan.results[: len(op.results)])
-            in_fused = tuple(isinstance(v, int) and v in fused for v in op.operands)
-            out_fused = tuple(v in fused for v in op.results)
-            key = (op.id, ins, outs, in_fused, out_fused)
-            hit = self.cache.get(key)
-            if hit is None:
-                operands = [
-                    TensorType(shape, p.operand_type(v).dtype)
-                    if shape is not None
-                    else p.operand_type(v)
-                    for v, shape in zip(op.operands, ins)
-                ]
-                results = [
-                    TensorType(shape, p.values[v].dtype) for v, shape in zip(op.results, outs)
-                ]
-                cost = op_cost(op.primitive, op.params, operands, results)
-                free = op.primitive in FREE
-                # a fused value lives in registers: neither written nor read from memory
-                inside = sum(
-                    tensor_bytes(t) for t, f in zip(operands, in_fused) if f and t is not None
-                ) + sum(tensor_bytes(t) for t, f in zip(results, out_fused) if f)
-                cost = replace(
-                    cost, bytes_accessed=0.0 if free else max(cost.bytes_accessed - inside, 0.0)
-                )
-                kernel = not free and bool(op.results) and not all(out_fused)
-                dtype = p.values[op.results[0]].dtype if op.results else None
-                seconds = 0.0 if free else op_time(cost, hw, dtype)
-                hit = self.cache[key] = (cost, seconds, kernel)
-            cost, seconds, kernel = hit
-            seconds += hw.op_overhead if kernel else 0.0
-            out.append(OpEstimate(op.id, cost, seconds, plan.repeats, kernel))
-        return out
+        op = p.ops[op_id]
+        kept = {v for v, f in zip(self.static.fusing[op_id], fused) if f}
+        ins = [
+            s.local_shape(mesh) if s is not None else None for s in o.operands[: len(op.operands)]
+        ]
+        outs = [s.local_shape(mesh) for s in o.results[: len(op.results)]]
+        in_fused = [isinstance(v, int) and v in kept for v in op.operands]
+        out_fused = [v in kept for v in op.results]
+        operands = [
+            TensorType(shape, p.operand_type(v).dtype) if shape is not None else p.operand_type(v)
+            for v, shape in zip(op.operands, ins)
+        ]
+        results = [TensorType(shape, p.values[v].dtype) for v, shape in zip(op.results, outs)]
+        cost = op_cost(op.primitive, op.params, operands, results)
+        free = op.primitive in FREE
+        # a fused value lives in registers: neither written nor read from memory
+        inside = sum(
+            tensor_bytes(t) for t, f in zip(operands, in_fused) if f and t is not None
+        ) + sum(tensor_bytes(t) for t, f in zip(results, out_fused) if f)
+        cost = replace(cost, bytes_accessed=0.0 if free else max(cost.bytes_accessed - inside, 0.0))
+        kernel = not free and bool(op.results) and not all(out_fused)
+        dtype = p.values[op.results[0]].dtype if op.results else None
+        seconds = 0.0 if free else op_time(cost, hw, dtype)
+        seconds += hw.op_overhead if kernel else 0.0
+        return cost, seconds, kernel
 
     def operand_copies(self) -> tuple[float, int]:
         """Seconds and kernels per step of the transposed operand copies matmuls and
@@ -380,57 +417,64 @@ class _Simulator:
         """Sweep program order: each layout a value is held in lives from the op that makes it
         to the last op that reads it (see ``estimate``)."""
         p, mesh, plan, static = self.program, self.mesh, self.plan, self.static
-        fused, position = static.fused, static.position
+        fused, position, plan_ops = static.fused, static.position, plan.ops
         end = len(position)
-        spans: dict[tuple, list] = {}  # (value, layout key) -> [first, last, bytes, made here]
+        # (value, layout) -> [first, last, bytes]; layouts the plan holds carry no tactic pins
+        spans: dict[tuple, list] = {}
         shrink_only: dict[tuple, bool] = {}  # natural layouts read only to be shrunk
         made_at: dict[int, int] = {}
 
-        def touch(v, layout, at, *, made=False, shrink=False):
-            if made and v in fused:
-                return
-            key = (v, layout_key(layout))
+        def touch(key, at, *, made=False, shrink=False):
             span = spans.get(key)
             if span is None:
-                spans[key] = [at, at, layout.local_nbytes(mesh)]
+                spans[key] = [at, at, key[1].local_nbytes(mesh)]
             else:
-                span[0], span[1] = min(span[0], at), max(span[1], at)
+                if at < span[0]:
+                    span[0] = at
+                if at > span[1]:
+                    span[1] = at
             if not shrink:
                 shrink_only[key] = made and shrink_only.get(key, True)
 
         for v in p.inputs:
-            touch(v, self.state.shardings[v], -1)
-            touch(v, self.state.shardings[v], end)
+            key = (v, as_layout(self.state.shardings[v]))
+            touch(key, -1)
+            touch(key, end)
         for v in p.consts:
-            touch(v, p.values[v].type_sharding(), -1)
+            touch((v, p.values[v].type_sharding()), -1)
         copies: list[tuple[int, int]] = []  # (position, bytes) of layout copies
         eager: list[tuple[tuple, int]] = []  # shrunk layouts, made as soon as their source exists
         for o_id, ks in static.copies:
-            if plan.ops[o_id] is not None:
+            if plan_ops[o_id] is not None:
                 copies += [
-                    (position[o_id], plan.ops[o_id].operands[k].local_nbytes(mesh)) for k in ks
+                    (position[o_id], plan_ops[o_id].operands[k].local_nbytes(mesh)) for k in ks
                 ]
         for at, op in enumerate(static.order):
-            o = plan.ops[op.id]
+            o = plan_ops[op.id]
             if o is None:
                 continue
             for v, layout in zip(op.linked_results, o.results):
-                touch(v, layout, at, made=True)
                 made_at[v] = at
+                if v not in fused:
+                    touch((v, layout), at, made=True)
             for fetch in o.fetches:
                 if fetch is None:
                     continue
-                shrinking = fetch.steps and fetch.dst.local_nbytes(mesh) < fetch.src.local_nbytes(
-                    mesh
-                )
-                touch(fetch.value, fetch.src, at, shrink=bool(shrinking))
-                touch(fetch.value, fetch.dst, at, made=not fetch.steps)
+                v, src, dst = fetch.value, fetch.src, fetch.dst
+                if not fetch.steps:
+                    touch((v, src), at)
+                    if dst is not src and v not in fused:
+                        touch((v, dst), at, made=True)
+                    continue
+                shrinking = dst.local_nbytes(mesh) < src.local_nbytes(mesh)
+                touch((v, src), at, shrink=shrinking)
+                touch((v, dst), at)
                 if shrinking:
-                    eager.append(((fetch.value, layout_key(fetch.dst)), fetch.value))
+                    eager.append(((v, dst), v))
         for fetch in plan.outputs:
             if fetch is not None:
-                touch(fetch.value, fetch.src, end)
-                touch(fetch.value, fetch.dst, end)
+                touch((fetch.value, fetch.src), end)
+                touch((fetch.value, fetch.dst), end)
         # a layout read only to be shrunk is shrunk where it is made, then freed
         layouts: dict[int, list[tuple]] = {}  # value -> its span keys
         if eager:
@@ -442,44 +486,58 @@ class _Simulator:
                 spans[key][0] = min(spans[key][0], made_at[src_value])
                 for k in natural:
                     spans[k][1] = spans[k][0]
+        return self.sweep(spans, copies, end)
+
+    def sweep(self, spans: dict, copies: list, end: int) -> Memory:
+        """Peak, its breakdown and the peak of temporaries over the buffers' lifetimes."""
+        p, mesh, plan, static = self.program, self.mesh, self.plan, self.static
         inputs = set(p.inputs)
-        returned = {(f.value, layout_key(f.dst)) for f in plan.outputs if f is not None}
+        returned = {(f.value, f.dst) for f in plan.outputs if f is not None}
         donated = self.donated()
-
-        def own(v):
-            return self.state.shardings[v].local_nbytes(mesh)
-
-        in_place, categories = static.in_place, static.categories
-        events: list[tuple[int, int, int, str, bool]] = []
+        shardings, in_place, categories = self.state.shardings, static.in_place, static.categories
+        temporaries_at = CATEGORIES.index("temporaries")
+        index = {c: i for i, c in enumerate(CATEGORIES)}
+        # a buffer lives over positions [start, stop); at one position frees come before
+        # allocations, so the live total peaks at the end of some position
+        start, stop, size, cat, temp = [], [], [], [], []
         for key, (first, last, nbytes) in spans.items():
             v = key[0]
-            if key in returned and v in donated:
+            is_input, is_returned = v in inputs, key in returned
+            if is_returned and v in donated:
                 continue  # written over the input it replaces
-            cat = "temporaries" if nbytes > own(v) and v not in inputs else categories[v]
-            temp = v not in inputs and key not in returned
-            events.append((first, 1, nbytes, cat, temp))
+            big = not is_input and nbytes > shardings[v].local_nbytes(mesh)
+            start.append(first)
             # read last by an elementwise kernel: its result may reuse this buffer in place
-            events.append(
-                (last, 0, nbytes, cat, temp)
-                if last in in_place
-                else (last + 1, 0, nbytes, cat, temp)
-            )
+            stop.append(last if last in in_place else last + 1)
+            size.append(nbytes)
+            cat.append(temporaries_at if big else index[categories[v]])
+            temp.append(not is_input and not is_returned)
         for at, nbytes in copies:
-            events.append((at, 1, nbytes, "temporaries", True))
-            events.append((at + 1, 0, nbytes, "temporaries", True))
-        events.sort(key=lambda e: (e[0], e[1]))  # at one position: frees, then allocations
-        live = dict.fromkeys(CATEGORIES, 0)
-        peak, at_peak, temp_live, temporaries = 0, dict(live), 0, 0
-        for _, allocating, nbytes, cat, temp in events:
-            delta = nbytes if allocating else -nbytes
-            live[cat] += delta
-            if temp:
-                temp_live += delta
-                temporaries = max(temporaries, temp_live)
-            total = sum(live.values())
-            if total > peak:
-                peak, at_peak = total, dict(live)
-        arguments = sum(self.state.shardings[v].local_nbytes(mesh) for v in p.inputs)
+            start.append(at)
+            stop.append(at + 1)
+            size.append(nbytes)
+            cat.append(temporaries_at)
+            temp.append(True)
+        start = np.asarray(start, dtype=np.int64) + 1  # positions from -1 to end + 1
+        stop = np.asarray(stop, dtype=np.int64) + 1
+        size = np.asarray(size, dtype=np.float64)  # exact: byte counts stay below 2**53
+        cat, temp = np.asarray(cat, dtype=np.int64), np.asarray(temp, dtype=bool)
+        n = end + 3
+
+        def live(mask=None):
+            s, e, w = (start, stop, size) if mask is None else (start[mask], stop[mask], size[mask])
+            return np.cumsum(np.bincount(s, w, n) - np.bincount(e, w, n))
+
+        total = live()
+        at = int(np.argmax(total))
+        peak = max(int(total[at]), 0)
+        at_peak = dict.fromkeys(CATEGORIES, 0)
+        if peak:
+            holding = (start <= at) & (stop > at)
+            by_cat = np.bincount(cat[holding], size[holding], len(CATEGORIES))
+            at_peak = {c: int(b) for c, b in zip(CATEGORIES, by_cat)}
+        temporaries = max(int(live(temp).max(initial=0)), 0) if temp.any() else 0
+        arguments = sum(shardings[v].local_nbytes(mesh) for v in p.inputs)
         outputs = sum(f.dst.local_nbytes(mesh) for f in plan.outputs if f is not None)
         if len(p.outputs) > 1:
             outputs += TUPLE_POINTER_BYTES * len(p.outputs)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from workbench.core.sharding import Sharding
+from workbench.core.sharding import Sharding, canonical
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ class State:
 
     @classmethod
     def initial(cls, program) -> State:
-        shardings = {v.id: Sharding.unsharded(v.shape, v.dtype) for v in program.values}
+        shardings = {v.id: canonical(Sharding.unsharded(v.shape, v.dtype)) for v in program.values}
         return cls(MappingProxyType(shardings), MappingProxyType({}))
 
     def __getitem__(self, value_id: int) -> Sharding:
