@@ -140,3 +140,45 @@ def test_fsdp_with_master_weights_runs_and_matches():
     assert s.sharding("params/layers/0/mlp/w_in").uses("batch")
     assert s.sharding("opt_state/master/layers/0/mlp/w_in").uses("batch")
     assert s.run(repeats=1).matches
+
+
+def test_ops_alike_share_a_price_that_is_their_own():
+    """Ops of repeated layers are priced once per layout: each shared price is exactly the
+    price of the op itself."""
+    from workbench.core.simulator import _Simulator
+
+    ex = build("lm", lm.Config.preset("tiny", n_layers=3))
+    s = wb.Session(wb.capture(ex.fn, *ex.args), MESH, [wb.BP("batch"), wb.MP("model")])
+    e = s.estimate(hw.CPU)
+    sim = _Simulator(s.program, MESH, s.state, s.plan(), hw.CPU)
+    alike = sim.static.alike
+    assert len(set(alike.values())) < len(alike) / 2  # the layers do share
+    redistributed = s.plan().redistributed
+    for o in e.ops:
+        plan = s.plan().ops[o.op]
+        fused = tuple(v not in redistributed for v in sim.static.fusing[o.op])
+        assert (o.cost, o.seconds, o.kernel) == sim.price(o.op, plan, fused)
+
+
+def test_donations_name_the_inputs_a_training_loop_overwrites():
+    from workbench.core.simulator import donations
+
+    ex = build("lm", "tiny")
+    s = wb.Session(wb.capture(ex.fn, *ex.args), MESH, [wb.BP("batch")])
+    p = s.program
+    pairs = {p.values[v].name: p.values[p.inputs[i]].name for v, i in donations(p, s.state).items()}
+    assert pairs and all(out == "out/" + name for out, name in pairs.items())
+    assert any(name.startswith("params/") for name in pairs.values())
+    assert any(name.startswith("opt") for name in pairs.values())
+
+
+def test_canonical_shardings_are_shared():
+    from workbench.core.sharding import Sharding, canonical
+
+    a = Sharding((8, 4), jnp.float32, (("batch",), ()))
+    b = Sharding((8, 4), jnp.float32, (("batch",), ()))
+    assert a == b and a is not b and canonical(a) is canonical(b)
+    ex = build("lm", lm.Config.preset("tiny", n_layers=2))
+    s = wb.Session(wb.capture(ex.fn, *ex.args), MESH, [wb.MP("model")])
+    w0, w1 = (s.sharding(f"params/layers/{i}/mlp/w_in") for i in (0, 1))
+    assert w0 == w1 and w0 is w1

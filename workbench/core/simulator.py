@@ -571,16 +571,22 @@ class _Simulator:
         return out
 
     def donated(self) -> set[int]:
-        """Outputs that replace an input of the same name and layout (``out/params/w`` for
-        ``params/w``): a training loop donates the input, so they take no extra memory."""
-        p, sh = self.program, self.state.shardings
-        by_name = {p.values[v].name: v for v in p.inputs}
-        out = set()
-        for v, name in zip(p.outputs, p.output_names):
-            source = by_name.get(name.removeprefix("out/"))
-            if isinstance(v, int) and source is not None and sh[source].dims == sh[v].dims:
-                out.add(v)
-        return out
+        """Outputs written over a donated input (see ``donations``): no extra memory."""
+        return set(donations(self.program, self.state))
+
+
+def donations(program, state) -> dict[int, int]:
+    """Output value -> index of the input it replaces: an output named like an input
+    (``out/params/w`` for ``params/w``) in the same layout. A training loop donates those
+    inputs (``jax.jit(..., donate_argnums=...)``), as the simulator's memory assumes."""
+    sh = state.shardings
+    by_name = {program.values[v].name: i for i, v in enumerate(program.inputs)}
+    out = {}
+    for v, name in zip(program.outputs, program.output_names):
+        i = by_name.get(name.removeprefix("out/"))
+        if isinstance(v, int) and i is not None and sh[program.inputs[i]].dims == sh[v].dims:
+            out[v] = i
+    return out
 
 
 @without_gc

@@ -86,8 +86,9 @@ def jax_mesh(mesh: Mesh, devices=None) -> jax.sharding.Mesh:
     return jax.sharding.Mesh(np.asarray(devices, dtype=object).reshape(mesh.sizes), mesh.names)
 
 
-def lower_explicit(program, mesh: Mesh, state, plan: Plan, devices=None):
-    """A jitted function of the program's flat inputs, partitioned per the plan."""
+def lower_explicit(program, mesh: Mesh, state, plan: Plan, devices=None, donate=()):
+    """A jitted function of the program's flat inputs, partitioned per the plan; ``donate``:
+    indices of inputs whose buffers it may reuse (see ``jax.jit``'s ``donate_argnums``)."""
     jmesh = jax_mesh(mesh, devices)
     interp = _Explicit(program, mesh, plan, state)
     in_specs = tuple(spec(state.shardings[v]) for v in program.inputs)
@@ -99,4 +100,4 @@ def lower_explicit(program, mesh: Mesh, state, plan: Plan, devices=None):
     mapped = jax.shard_map(
         per_device, mesh=jmesh, in_specs=in_specs, out_specs=out_specs, check_vma=False
     )
-    return jax.jit(mapped), jmesh
+    return jax.jit(mapped, donate_argnums=tuple(donate)), jmesh
