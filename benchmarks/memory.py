@@ -17,14 +17,14 @@ import sys
 from pathlib import Path
 
 import _common
-import jax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import workbench as wb
 from tests.core.lowering.strategies import strategies
 from workbench.core import hardware as hw
-from workbench.core.lowering.explicit import lower_explicit, spec
+from workbench.core.crosscheck import abstract_inputs
+from workbench.core.lowering.explicit import lower_explicit
 from workbench.core.simulator import donations
 from workbench.models import build
 
@@ -36,13 +36,7 @@ STRATEGIES = ("none", "BP", "MP", "BP+MP", "Z3", "BP+MP+Z3")
 def xla_temporaries(s: wb.Session, *, donate: bool) -> int:
     donated = sorted(donations(s.program, s.state).values()) if donate else ()
     fn, jmesh = lower_explicit(s.program, s.mesh, s.state, s.plan(), donate=donated)
-    args = [
-        jax.ShapeDtypeStruct(
-            v.shape, v.dtype, sharding=jax.sharding.NamedSharding(jmesh, spec(s.state[v.id]))
-        )
-        for v in s.program.input_values
-    ]
-    return fn.lower(*args).compile().memory_analysis().temp_size_in_bytes
+    return fn.lower(*abstract_inputs(s, jmesh)).compile().memory_analysis().temp_size_in_bytes
 
 
 def main():

@@ -2,7 +2,6 @@
 
 from functools import cache
 
-import jax
 import jax.numpy as jnp
 import pytest
 from hypothesis import given, settings
@@ -12,8 +11,7 @@ import workbench as wb
 from tests.core.lowering.strategies import CASES, strategies
 from tests.core.zoo import program
 from workbench.core import hardware as hw
-from workbench.core.crosscheck import compiled_text  # noqa: F401  (the same lowering path)
-from workbench.core.lowering.explicit import spec
+from workbench.core.crosscheck import abstract_inputs
 from workbench.models import build, lm
 
 MESH = wb.Mesh({"batch": 2, "model": 4})
@@ -100,15 +98,7 @@ def test_against_what_xla_compiles(model, strategy):
     s = wb.Session(program(model), MESH, strategies(model)[strategy])
     e = s.estimate(hw.CPU)
     fn, jmesh = s.lower("explicit")
-    args = [
-        jax.ShapeDtypeStruct(
-            v.shape,
-            v.dtype,
-            sharding=jax.sharding.NamedSharding(jmesh, spec(s.state.shardings[v.id])),
-        )
-        for v in s.program.input_values
-    ]
-    lowered = fn.lower(*args)
+    lowered = fn.lower(*abstract_inputs(s, jmesh))
     memory = lowered.compile().memory_analysis()
     assert e.memory.arguments == memory.argument_size_in_bytes
     assert e.memory.outputs == memory.output_size_in_bytes

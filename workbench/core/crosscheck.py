@@ -13,16 +13,21 @@ from workbench.core.hlo import HloCollective, normalize_cpu, parse_collectives
 from workbench.core.lowering.explicit import spec
 
 
-def compiled_text(session, lowering: str = "explicit", devices=None) -> str:
-    """The per-device HLO XLA compiles for one lowering of the session's current state."""
-    fn, jmesh = session.lower(lowering, devices=devices)
-    args = [
+def abstract_inputs(session, jmesh) -> list[jax.ShapeDtypeStruct]:
+    """The program's inputs as shapes and dtypes laid out as the session's state decides:
+    what a lowering is compiled for without data."""
+    return [
         jax.ShapeDtypeStruct(
             v.shape, v.dtype, sharding=NamedSharding(jmesh, spec(session.state.shardings[v.id]))
         )
         for v in session.program.input_values
     ]
-    return fn.lower(*args).compile().as_text()
+
+
+def compiled_text(session, lowering: str = "explicit", devices=None) -> str:
+    """The per-device HLO XLA compiles for one lowering of the session's current state."""
+    fn, jmesh = session.lower(lowering, devices=devices)
+    return fn.lower(*abstract_inputs(session, jmesh)).compile().as_text()
 
 
 def compiled_collectives(session, lowering: str = "explicit", devices=None) -> list[HloCollective]:

@@ -398,9 +398,6 @@ class Planner:
         self.redistributed: set[int] = set()
         self.repeat = 1
 
-    def available(self, v: int) -> list[Sharding]:
-        return list(self.versions.get(v, {}))
-
     def add(self, v: int, layout: Sharding) -> None:
         layout = as_layout(layout)
         self.versions.setdefault(v, {})[layout] = (len(self.scopes), Fetch(v, layout, layout, ()))
@@ -429,7 +426,7 @@ class Planner:
         if hit is not None:
             return hit[1]
         best = None
-        for s in list(versions):
+        for s in versions:
             steps = redistribute(s, dst, self.mesh)
             cost = (cost_bytes(steps), peak_bytes(steps, s, self.mesh), len(steps))
             if best is None or cost < best[0]:

@@ -40,9 +40,9 @@ def op_index(program) -> tuple[OpIndex, ...]:
     if cached is not None:
         return cached
     out = []
-    canonical: dict = {}  # equal mappings (the ops of repeated layers) as one object
+    mappings: dict = {}  # equal mappings (the ops of repeated layers) as one object
     for op, mapping in zip(program.ops, program.mappings):
-        mapping = canonical.setdefault(mapping, mapping)
+        mapping = mappings.setdefault(mapping, mapping)
         tensors = tuple(
             v if isinstance(v, int) else -1 for v in (*op.linked_operands, *op.linked_results)
         )

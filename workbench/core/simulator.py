@@ -341,8 +341,8 @@ class _Simulator:
         return out
 
     def price(self, op_id: int, o, fused: tuple[bool, ...]) -> tuple[OpCost, float, bool]:
-        """One op's cost, seconds per run and whether it launches a kernel; ``fused`` says, per ``_Static.priced`` candidate, whether that
-        tensor stays inside a fused kernel."""
+        """One op's cost, seconds per run and whether it launches a kernel; ``fused`` says,
+        per candidate in ``_Static.fusing``, whether that tensor stays inside a fused kernel."""
         p, mesh, hw = self.program, self.mesh, self.hw
         op = p.ops[op_id]
         kept = {v for v, f in zip(self.static.fusing[op_id], fused) if f}
