@@ -110,6 +110,44 @@ def test_against_what_xla_compiles(model, strategy):
     assert ours == pytest.approx(xla, rel=0.02)
 
 
+# where the simulator's memory is known to miss XLA's by more than 25% (benchmarks/memory.py)
+MEMORY_MISSES = {
+    ("mlp", "Z3"): "XLA holds transposed copies of the parameter shards for the backward pass",
+    (
+        "mlp",
+        "BP+MP+Z3",
+    ): "XLA holds transposed copies of the parameter shards for the backward pass",
+    ("gnn", "BP+MP+Z3"): "0.75 of XLA's temporaries: just outside",
+}
+
+
+@pytest.mark.parametrize("model", ["mlp", "lm", "lm_scan", "cnn", "gnn"])
+@pytest.mark.parametrize("strategy", ["none", *strategies("lm")])
+def test_memory_against_what_xla_compiles(model, strategy, request):
+    """Temporaries and peak per device within 25% of XLA's for the explicit lowering of the
+    same plan, compiled with the inputs donated that the simulator assumes a training loop
+    donates (the "small" zoo models: large enough that buffers, not bookkeeping, count)."""
+    if (model, strategy) in MEMORY_MISSES:
+        request.applymarker(pytest.mark.xfail(reason=MEMORY_MISSES[model, strategy], strict=True))
+    from workbench.core.lowering.explicit import lower_explicit
+    from workbench.core.simulator import donations
+
+    schedule = [] if strategy == "none" else strategies(model)[strategy]
+    s = wb.Session(program(model, "small"), MESH, schedule)
+    ours = s.estimate(hw.CPU).memory
+    donated = sorted(donations(s.program, s.state).values())
+    fn, jmesh = lower_explicit(s.program, s.mesh, s.state, s.plan(), donate=donated)
+    xla = fn.lower(*abstract_inputs(s, jmesh)).compile().memory_analysis()
+    peak = (
+        xla.argument_size_in_bytes
+        + xla.output_size_in_bytes
+        - xla.alias_size_in_bytes
+        + xla.temp_size_in_bytes
+    )
+    assert ours.temporaries == pytest.approx(xla.temp_size_in_bytes, rel=0.25)
+    assert ours.peak == pytest.approx(peak, rel=0.25)
+
+
 def test_estimates_on_several_specs_do_not_mix():
     """Times priced on one spec are never reused for another on the same program."""
     ex = build("lm", "tiny")

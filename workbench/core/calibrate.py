@@ -52,6 +52,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from workbench.core import hardware as hw
 from workbench.core.hardware import KINDS, Hardware, Link
 
 
@@ -152,6 +153,12 @@ def calibrate(
         sources[f"links.{link_name}.bandwidth"] = note
         sources[f"links.{link_name}.latency"] = note
     sources["devices_per_node"] = f"all {n} calibrated devices, joined by one measured link"
+    on_cpu = platform == "cpu"
+    sources["all_reduce_combine_bytes"] = (
+        hw.CPU.sources["all_reduce_combine_bytes"]
+        if on_cpu
+        else hw.H100.sources["all_reduce_combine_bytes"]
+    )
     return Hardware(
         name=f"calibrated {platform} x{n}",
         flops=flops,
@@ -164,6 +171,7 @@ def calibrate(
         + (f" Matmul not measured for {', '.join(skipped)}." if skipped else ""),
         op_overhead=overhead,
         transpose_bandwidth=transpose,
+        all_reduce_combine_bytes=hw.XLA_CPU_COMBINE_BYTES if on_cpu else hw.XLA_COMBINE_BYTES,
     )
 
 

@@ -16,6 +16,10 @@ below streaming bandwidth; a `Link` may carry measured figures per collective ki
 runtime uses. Presets leave these at their neutral values (0; the HBM bandwidth; the
 link's own figures): no vendor publishes them as such.
 
+**Combined all-reduces.** ``all_reduce_combine_bytes`` is the most a runtime packs into
+one combined all-reduce (XLA's all-reduce combiner: 30 MiB by default, unbounded on CPU
+up to 256 operands); the simulator's memory keeps a bucket's gradients live until it runs.
+
 **Which link a mesh axis uses** (`Hardware.link`): an explicit mapping set with
 ``with_axis_links({"model": "nvlink"})`` wins; otherwise a node is filled from the
 minor-most mesh axes (the last in mesh order) while their cumulative size fits
@@ -76,6 +80,23 @@ import jax.numpy as jnp
 
 from workbench.core.errors import MeshError, WorkbenchError
 from workbench.core.mesh import Mesh
+
+#: XLA's default threshold of its all-reduce combiner (GPU, and the pass's own default).
+XLA_COMBINE_BYTES = 30 * 2**20 + 7
+_XLA_COMBINE = (
+    "XLA's default all-reduce combiner threshold: "
+    "https://github.com/openxla/xla/blob/main/xla/service/collective_utils.h "
+    '"kDefaultAllReduceCombineThreshold = 30 * 1024 * 1024 + 7" (flag '
+    "xla_gpu_all_reduce_combine_threshold_bytes)"
+)
+_XLA_COMBINE_TPU = _XLA_COMBINE + "; the TPU compiler's own threshold is not published"
+#: XLA's CPU compiler combines all-reduces without a byte limit (256 operands at most).
+XLA_CPU_COMBINE_BYTES = float(2**63 - 1)
+_XLA_CPU_COMBINE = (
+    "https://github.com/openxla/xla/blob/main/xla/service/cpu/cpu_compiler.cc: "
+    '"kCombineBytes = std::numeric_limits<int64_t>::max()", '
+    '"kCombineCount = 256" for CpuAllReduceCombiner'
+)
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 TOPOLOGIES = ("switch", "torus")
@@ -151,6 +172,8 @@ class Hardware:
     notes: str = ""
     op_overhead: float = 0.0  # seconds each kernel costs beyond its roofline (launch, dispatch)
     transpose_bandwidth: float | None = None  # bytes/s of a transposing copy; None: hbm_bandwidth
+    # the runtime combines independent all-reduces into one of up to this many bytes
+    all_reduce_combine_bytes: float = XLA_COMBINE_BYTES
 
     def __post_init__(self):
         flops = {dtype_name(k): v for k, v in dict(self.flops).items()}
@@ -189,6 +212,12 @@ class Hardware:
                 f"hardware {self.name!r} has op_overhead={self.op_overhead!r}; it must be a "
                 "non-negative number of seconds per kernel (0 to ignore launch overhead)."
             )
+        if not _positive(self.all_reduce_combine_bytes):
+            raise HardwareError(
+                f"hardware {self.name!r} has all_reduce_combine_bytes="
+                f"{self.all_reduce_combine_bytes!r}; it must be a positive number of bytes "
+                f"(XLA's default is {XLA_COMBINE_BYTES})."
+            )
         if self.transpose_bandwidth is not None and not _positive(self.transpose_bandwidth):
             raise HardwareError(
                 f"hardware {self.name!r} has transpose_bandwidth={self.transpose_bandwidth!r}; "
@@ -204,6 +233,7 @@ class Hardware:
                 self.axis_links,
                 self.op_overhead,
                 self.transpose_bandwidth,
+                self.all_reduce_combine_bytes,
             )
         )
 
@@ -238,6 +268,7 @@ class Hardware:
             out["op_overhead"] = self.op_overhead
         if self.transpose_bandwidth is not None:
             out["transpose_bandwidth"] = self.transpose_bandwidth
+        out["all_reduce_combine_bytes"] = self.all_reduce_combine_bytes
         return out
 
     def peak_flops(self, dtype=None) -> float:
@@ -478,6 +509,7 @@ TPU_V4 = Hardware(
         "links.dcn.bandwidth": f'{_HTSYM_TPU}: "DCN bandwidth is typically around 2.5e10 bytes / second per host", over 4 chips per host (host size 2x2x1)',
         "links.dcn.latency": _DCN_LATENCY,
         "devices_per_node": f'{_HTSYM_TPU}: "the maximum pod size (called a superpod) is 16x16x16 for TPU v4" (one ICI domain)',
+        "all_reduce_combine_bytes": _XLA_COMBINE_TPU,
     },
     notes="No float32 rate: float32 dots run as one bfloat16 pass at JAX's default precision.",
 )
@@ -499,6 +531,7 @@ TPU_V5E = Hardware(
         "links.dcn.bandwidth": 'https://cloud.google.com/tpu/docs/v5e: "Data center network bandwidth per Pod 6.4 Tbps" over "TPU Pod size 256 chips" = 3.125e9 bytes/s per chip',
         "links.dcn.latency": _DCN_LATENCY,
         "devices_per_node": 'https://cloud.google.com/tpu/docs/v5e: "TPU Pod size 256 chips", "Interconnect topology 2D Torus"',
+        "all_reduce_combine_bytes": _XLA_COMBINE_TPU,
     },
     notes="No float32 rate: float32 dots run as one bfloat16 pass at JAX's default precision.",
 )
@@ -522,6 +555,7 @@ TPU_V5P = Hardware(
         "links.dcn.bandwidth": 'https://cloud.google.com/tpu/docs/v5p: "Data center network (DCN) bandwidth per chip (Gbps) 50"',
         "links.dcn.latency": _DCN_LATENCY,
         "devices_per_node": 'https://cloud.google.com/tpu/docs/v5p: "Single slice training is supported for up to 6144 chips"',
+        "all_reduce_combine_bytes": _XLA_COMBINE_TPU,
     },
     notes="No float32 rate: float32 dots run as one bfloat16 pass at JAX's default precision.",
 )
@@ -558,6 +592,7 @@ A100 = Hardware(
         "links.infiniband.bandwidth": 'https://docs.nvidia.com/dgx/dgxa100-user-guide/introduction-to-dgxa100.html: DGX A100 "8x Single-Port NVIDIA ConnectX-6 VPI 200Gb/s HDR InfiniBand", one per GPU = 25e9 bytes/s',
         "links.infiniband.latency": _IB_LATENCY,
         "devices_per_node": f'{_HTSYM_GPU}: Ampere "Node size (NVLink domain) 8"',
+        "all_reduce_combine_bytes": _XLA_COMBINE,
     },
 )
 
@@ -600,6 +635,7 @@ def _hopper(name: str, url: str, memory: float, hbm: float, mem_quote: str, bw_q
             "links.infiniband.bandwidth": _CX7,
             "links.infiniband.latency": _IB_LATENCY,
             "devices_per_node": f'{_HTSYM_GPU}: Hopper "Node size (NVLink domain) 8"',
+            "all_reduce_combine_bytes": _XLA_COMBINE,
         },
     )
 
@@ -619,6 +655,7 @@ CPU = Hardware(
     memory_bytes=8e9,
     links=(Link("host", 5e9, 1e-5),),
     devices_per_node=1024,
+    all_reduce_combine_bytes=XLA_CPU_COMBINE_BYTES,
     sources={
         "flops.float32": _PLACEHOLDER,
         "flops.float64": _PLACEHOLDER,
@@ -627,6 +664,7 @@ CPU = Hardware(
         "links.host.bandwidth": _PLACEHOLDER + " (virtual devices exchange data in host memory)",
         "links.host.latency": _PLACEHOLDER,
         "devices_per_node": "all virtual CPU devices live in one process",
+        "all_reduce_combine_bytes": _XLA_CPU_COMBINE,
     },
     notes="Placeholder figures, not measured: run calibrate() to replace them.",
 )

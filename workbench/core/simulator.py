@@ -16,15 +16,24 @@
   output, at ``hardware.copy_bandwidth``);
 - step time under an overlap policy: "none" (compute + communication), "full"
   (the larger of the two) or a fraction of communication hidden behind compute;
-- peak memory per device from liveness in program order: every layout a value is held in
+- peak memory per device from liveness over a schedule: every layout a value is held in
   lives from the op that makes it to the last op that reads it (inputs throughout),
   broken down into parameters, gradients, optimizer state, activations and temporaries.
-  Like a compiler, it keeps elementwise chains inside fused kernels (no buffers), lets an
-  elementwise kernel write over an operand it reads last, and gives a matmul or
-  convolution a transposed copy of an operand in the wrong order. Like a training loop,
-  updated parameters and optimizer state overwrite the inputs they replace (donation), a
-  value read only to be shrunk (a gradient reduce-scattered into ZeRO's shards) is shrunk
-  where it is made, and a gathered copy of a parameter counts as a temporary.
+  The schedule is program order, except that, as a memory-aware scheduler does, each
+  optimizer update (and rename) runs as soon as what it reads is made (``schedule``), and
+  the updates that wait for a combined all-reduce run after it (``combined_reductions``).
+  Like a compiler, it keeps elementwise chains inside fused kernels (no buffers) and
+  recomputes a fused value in each kernel that reads it, so what it is made from stays
+  live until its last reader (an expensive op read by several kernels is computed once,
+  into a buffer: ``EXPENSIVE``); it writes a matmul's result straight in the order the
+  transpose that reads it wants, lets an elementwise kernel write over an operand it
+  reads last, and gives a matmul or convolution a transposed copy of an operand in the
+  wrong order. Like a runtime, it combines independent gradient all-reduces into buckets
+  of up to ``hardware.all_reduce_combine_bytes`` whose inputs and outputs are live at
+  once. Like a training loop, updated parameters and optimizer state overwrite the inputs
+  they replace (donation), a value read only to be shrunk (a gradient reduce-scattered
+  into ZeRO's shards) is shrunk where it is made, and a gathered copy of a parameter
+  counts as a temporary.
 """
 
 from __future__ import annotations
@@ -61,7 +70,16 @@ FUSIBLE = frozenset(
     }
 )  # fmt: skip
 FUSING_READERS = FUSIBLE | {"reduce_sum", "reduce_max", "reduce_min", "argmax", "argmin"}
+#: Fusible ops a compiler will not compute twice: one read by several kernels gets a buffer.
+EXPENSIVE = frozenset(
+    {
+        "cos", "div", "erf", "exp", "exp2", "expm1", "log", "log1p", "logistic", "pow", "rsqrt",
+        "sin", "sqrt", "tan", "tanh",
+    }
+)  # fmt: skip
 COPYING = frozenset({"dot_general", "conv_general_dilated"})
+#: The most all-reduces a runtime combines into one (XLA's combiners: 256 operands).
+COMBINE_COUNT = 256
 
 #: Ops that compile to no kernel: renames, and reshapes of row-major arrays (bitcasts).
 FREE = frozenset({"name", "reshape", "squeeze", "expand_dims", "stop_gradient", "pvary"})
@@ -235,9 +253,12 @@ class _Static:
     position: dict  # op id -> index in ``order``
     categories: tuple  # per value
     fused: frozenset  # values kept inside fused kernels
+    folded: frozenset  # matmul results read only by a transpose: written transposed, once
     in_place: frozenset  # positions of elementwise kernels
     copies: tuple  # (op id, operand indices read through a transposed copy)
     optimizer_ops: tuple  # op ids in the optimizer phase
+    # the optimizer's ops in ``order``: (op id, position, tensor operands, results)
+    optimizer_steps: tuple
     priced: tuple  # (op id, values of it that may stay fused) for every op without regions
     fusing: dict  # op id -> those values
     alike: dict  # op id -> a class of ops priced alike (see ``_alike``)
@@ -246,15 +267,27 @@ class _Static:
     def of(cls, program) -> _Static:
         cached = program.__dict__.get("_simulator_static")
         if cached is None:
-            order = tuple(program.walk())
+            order = tuple(program.walk(schedule(program)))
             outputs = {v for v in program.outputs if isinstance(v, int)}
             fused = set()
             for v in program.values:
                 producer = program.ops[v.producer] if v.producer is not None else None
                 if producer is None or producer.primitive not in FUSIBLE or v.id in outputs:
                     continue
-                if all(program.ops[u].primitive in FUSING_READERS for u in program.users[v.id]):
+                users = program.users[v.id]
+                if producer.primitive in EXPENSIVE and len(users) > 1:
+                    continue
+                if all(program.ops[u].primitive in FUSING_READERS for u in users):
                     fused.add(v.id)
+            folded = {
+                v
+                for op in program.ops
+                if op.primitive == "dot_general"
+                for v in op.results
+                if v not in outputs
+                and len(program.users[v]) == 1
+                and program.ops[program.users[v][0]].primitive == "transpose"
+            }
             fusing = {}
             for op in program.ops:
                 tensors = [v for v in op.operands if isinstance(v, int)] + list(op.results)
@@ -270,14 +303,47 @@ class _Static:
                 position={op.id: i for i, op in enumerate(order)},
                 categories=tuple(category(program, v.id) for v in program.values),
                 fused=frozenset(fused),
+                folded=frozenset(folded),
                 in_place=frozenset(i for i, op in enumerate(order) if op.primitive in FUSIBLE),
                 copies=tuple(copies),
                 optimizer_ops=tuple(op.id for op in program.ops if op.phase == "optimizer"),
+                optimizer_steps=tuple(
+                    (
+                        op.id,
+                        i,
+                        tuple(v for v in op.linked_operands if isinstance(v, int)),
+                        op.results,
+                    )
+                    for i, op in enumerate(order)
+                    if op.phase == "optimizer"
+                ),
                 priced=tuple((op.id, fusing[op.id]) for op in program.ops if not op.regions),
                 fusing=fusing,
                 alike=_alike(program, fusing),
             )
         return cached
+
+
+def schedule(program) -> list[int]:
+    """The program's top-level ops in the order a memory-aware scheduler runs them: program
+    order, except that each optimizer update (and each rename) runs as soon as what it reads
+    is made, so a gradient is consumed, and freed, right after it is computed."""
+    body = program.body
+    at = {oid: i for i, oid in enumerate(body)}
+    made: dict[int, int] = {}  # value -> the top-level op that makes it
+    for oid in body:
+        for op in program.walk([oid]):
+            for v in op.linked_results:
+                made[v] = oid
+    ready: dict[int, int] = {}  # op id -> the position after which it may run
+    for oid in body:
+        op = program.ops[oid]
+        if op.phase == "optimizer" or op.primitive == "name":
+            sources = [made[v] for v in op.linked_operands if isinstance(v, int) and v in made]
+            ready[oid] = max((ready[s] for s in sources), default=-1)
+        else:
+            ready[oid] = at[oid]
+    return sorted(body, key=lambda oid: (ready[oid], ready[oid] != at[oid], at[oid]))
 
 
 def _alike(program, fusing: dict) -> dict[int, int]:
@@ -417,7 +483,12 @@ class _Simulator:
         """Sweep program order: each layout a value is held in lives from the op that makes it
         to the last op that reads it (see ``estimate``)."""
         p, mesh, plan, static = self.program, self.mesh, self.plan, self.static
-        fused, position, plan_ops = static.fused, static.position, plan.ops
+        position, plan_ops = static.position, plan.ops
+        # a compiler writes a matmul's result in the order its transpose wants (one buffer);
+        # a value the plan redistributes is read from memory: it cannot stay fused
+        fused = static.fused | static.folded
+        if plan.redistributed:
+            fused = fused - plan.redistributed
         end = len(position)
         # (value, layout) -> [first, last, bytes]; layouts the plan holds carry no tactic pins
         spans: dict[tuple, list] = {}
@@ -449,10 +520,37 @@ class _Simulator:
                 copies += [
                     (position[o_id], plan_ops[o_id].operands[k].local_nbytes(mesh)) for k in ks
                 ]
+        # combined all-reduces: the ops waiting for one run after it (see ``combined_reductions``)
+        runs_at, reduced_at = self.combined_reductions()
+        in_place = static.in_place
+        if runs_at is not None:
+            copies = [(runs_at[at], nbytes) for at, nbytes in copies]
+            # a combined all-reduce holds every input and output of its bucket at once
+            in_place = {runs_at[at] for at in in_place} - set(reduced_at.values())
+        # a fused value is recomputed by each kernel that reads it: what it is made from
+        # (the buffers its producer read) stays live until its last reader
+        sources: dict[int, tuple] = {}  # fused value -> (fused operands, buffers read)
+        read_last: dict[int, int] = {}  # fused value -> the last position that reads it
         for at, op in enumerate(static.order):
             o = plan_ops[op.id]
             if o is None:
                 continue
+            reduce_at = reduced_at.get(at)
+            if runs_at is not None:
+                at = runs_at[at]
+            inner, read = [], []
+            for v, fetch in zip(op.linked_operands, o.fetches):
+                if fetch is None:
+                    continue
+                if v in fused:
+                    inner.append(v)
+                    if read_last.get(v, -2) < at:
+                        read_last[v] = at
+                else:
+                    read.append((v, fetch.src if not fetch.steps else fetch.dst))
+            for v in op.results:
+                if v in fused:
+                    sources[v] = (inner, read)
             for v, layout in zip(op.linked_results, o.results):
                 made_at[v] = at
                 if v not in fused:
@@ -462,9 +560,17 @@ class _Simulator:
                     continue
                 v, src, dst = fetch.value, fetch.src, fetch.dst
                 if not fetch.steps:
-                    touch((v, src), at)
-                    if dst is not src and v not in fused:
-                        touch((v, dst), at, made=True)
+                    # a fused value is held where its reader is not elementwise (a
+                    # compiler saves what several kernels read); a folded one never is
+                    if v not in static.folded or v not in fused:
+                        touch((v, src), at)
+                        if dst is not src:
+                            touch((v, dst), at, made=True)
+                    continue
+                if reduce_at is not None and any(s.kind == "all-reduce" for s in fetch.steps):
+                    touch((v, src), reduce_at)  # reduced with its bucket, then freed
+                    touch((v, dst), reduce_at)
+                    touch((v, dst), at)
                     continue
                 shrinking = dst.local_nbytes(mesh) < src.local_nbytes(mesh)
                 touch((v, src), at, shrink=shrinking)
@@ -475,6 +581,17 @@ class _Simulator:
             if fetch is not None:
                 touch((fetch.value, fetch.src), end)
                 touch((fetch.value, fetch.dst), end)
+        # latest readers first: a fused value's last read is its fused operands' last read
+        for v in reversed(sources):
+            last = read_last.get(v)
+            if last is None:
+                continue
+            inner, read = sources[v]
+            for u in inner:
+                if read_last.get(u, -2) < last:
+                    read_last[u] = last
+            for key in read:
+                touch(key, last)
         # a layout read only to be shrunk is shrunk where it is made, then freed
         layouts: dict[int, list[tuple]] = {}  # value -> its span keys
         if eager:
@@ -486,15 +603,80 @@ class _Simulator:
                 spans[key][0] = min(spans[key][0], made_at[src_value])
                 for k in natural:
                     spans[k][1] = spans[k][0]
-        return self.sweep(spans, copies, end)
+        return self.sweep(spans, copies, end, in_place)
 
-    def sweep(self, spans: dict, copies: list, end: int) -> Memory:
+    def combined_reductions(self) -> tuple[list[int] | None, dict[int, int]]:
+        """Where combined all-reduces move the optimizer: ``(runs_at, reduced_at)``, the
+        position each op of ``order`` runs at instead (None: nothing moves) and, per position
+        of an op that reads a gradient a combined all-reduce reduces, the position that
+        all-reduce runs at.
+
+        Runtimes combine independent all-reduces into one (XLA's all-reduce combiner, the
+        gradient buckets of data-parallel frameworks) of up to
+        ``hardware.all_reduce_combine_bytes``: the gradients of a bucket are reduced together
+        after the last of them is made, so each stays live until then, and the ops that read
+        them, and what reads their results, run after it.
+        """
+        limit = self.hw.all_reduce_combine_bytes
+        plan_ops, steps = self.plan.ops, self.static.optimizer_steps
+        buckets: list[list[int]] = []  # per bucket: the positions of the ops it feeds
+        size = 0.0
+        bucket_of: dict[int, int] = {}  # value -> the last bucket it depends on
+        for o_id, at, operands, results in steps:
+            o = plan_ops[o_id]
+            if o is None:
+                continue
+            after = max([bucket_of.get(v, -1) for v in operands], default=-1)
+            reduced = 0
+            for f in o.fetches:
+                if f is not None and f.steps:
+                    reduced += sum(st.bytes for st in f.steps if st.kind == "all-reduce")
+            if reduced:
+                full = not buckets or size + reduced > limit or len(buckets[-1]) >= COMBINE_COUNT
+                if full or after == len(buckets) - 1:  # full, or it needs the open bucket
+                    buckets.append([])
+                    size = 0.0
+                buckets[-1].append(at)
+                size += reduced
+                after = len(buckets) - 1
+            if after >= 0:
+                for v in results:
+                    bucket_of[v] = after
+        buckets = [b for b in buckets if len(b) > 1]
+        if not buckets:
+            return None, {}
+        delay: dict[int, int] = {}  # position -> the position it must follow
+        for bucket in buckets:
+            last = max(bucket)
+            delay.update((at, last) for at in bucket)
+        # what reads a delayed result runs after it
+        made: dict[int, int] = {}
+        for _, at, operands, results in steps:
+            ready = max([made.get(v, -1) for v in operands], default=-1) if made else -1
+            after = max(delay.get(at, at), ready)
+            if after != at:
+                delay[at] = after
+                for v in results:
+                    made[v] = after
+        end = len(self.static.order)
+        follows = np.arange(end)
+        follows[list(delay)] = list(delay.values())
+        runs_at = np.empty(end, dtype=np.int64)
+        runs_at[np.lexsort((np.arange(end), follows))] = np.arange(end)
+        runs_at = runs_at.tolist()
+        reduced_at = {}
+        for bucket in buckets:
+            first = min(runs_at[at] for at in bucket)
+            reduced_at.update((at, first) for at in bucket)
+        return runs_at, reduced_at
+
+    def sweep(self, spans: dict, copies: list, end: int, in_place: frozenset) -> Memory:
         """Peak, its breakdown and the peak of temporaries over the buffers' lifetimes."""
         p, mesh, plan, static = self.program, self.mesh, self.plan, self.static
         inputs = set(p.inputs)
         returned = {(f.value, f.dst) for f in plan.outputs if f is not None}
         donated = self.donated()
-        shardings, in_place, categories = self.state.shardings, static.in_place, static.categories
+        shardings, categories = self.state.shardings, static.categories
         temporaries_at = CATEGORIES.index("temporaries")
         index = {c: i for i, c in enumerate(CATEGORIES)}
         # a buffer lives over positions [start, stop); at one position frees come before
