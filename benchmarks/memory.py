@@ -24,23 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import workbench as wb
 from tests.core.lowering.strategies import strategies
 from workbench.core import hardware as hw
-from workbench.core.crosscheck import abstract_inputs
-from workbench.core.lowering.explicit import lower_explicit
-from workbench.core.simulator import donations
+from workbench.core.crosscheck import compiled_memory
 from workbench.models import build
 
 MESH = wb.Mesh({"batch": 2, "model": 4})
 MODELS = ("mlp", "lm", "lm_scan", "cnn", "gnn")
 STRATEGIES = ("none", "BP", "MP", "BP+MP", "Z3", "BP+MP+Z3")
-
-
-def xla_memory(s: wb.Session, *, donate: bool) -> tuple[int, int]:
-    """XLA's temporaries and peak (arguments + outputs - aliased + temporaries) per device."""
-    donated = sorted(donations(s.program, s.state).values()) if donate else ()
-    fn, jmesh = lower_explicit(s.program, s.mesh, s.state, s.plan(), donate=donated)
-    m = fn.lower(*abstract_inputs(s, jmesh)).compile().memory_analysis()
-    peak = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
-    return m.temp_size_in_bytes, peak + m.temp_size_in_bytes
 
 
 def main():
@@ -59,7 +48,7 @@ def main():
                 ours = memory.temporaries
                 row = [f"{model}:{size}", name, f"{ours / 2**20:.2f}"]
                 for donate in (False, True):
-                    xla, peak = xla_memory(s, donate=donate)
+                    xla, peak = compiled_memory(s, donate=donate)
                     ratio = ours / xla if xla else float("inf")
                     ratios[donate].append(ratio)
                     row += [f"{xla / 2**20:.2f}", f"{ratio:.2f}"]

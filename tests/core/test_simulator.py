@@ -11,7 +11,7 @@ import workbench as wb
 from tests.core.lowering.strategies import CASES, strategies
 from tests.core.zoo import program
 from workbench.core import hardware as hw
-from workbench.core.crosscheck import abstract_inputs
+from workbench.core.crosscheck import abstract_inputs, compiled_memory
 from workbench.models import build, lm
 
 MESH = wb.Mesh({"batch": 2, "model": 4})
@@ -129,22 +129,11 @@ def test_memory_against_what_xla_compiles(model, strategy, request):
     donates (the "small" zoo models: large enough that buffers, not bookkeeping, count)."""
     if (model, strategy) in MEMORY_MISSES:
         request.applymarker(pytest.mark.xfail(reason=MEMORY_MISSES[model, strategy], strict=True))
-    from workbench.core.lowering.explicit import lower_explicit
-    from workbench.core.simulator import donations
-
     schedule = [] if strategy == "none" else strategies(model)[strategy]
     s = wb.Session(program(model, "small"), MESH, schedule)
     ours = s.estimate(hw.CPU).memory
-    donated = sorted(donations(s.program, s.state).values())
-    fn, jmesh = lower_explicit(s.program, s.mesh, s.state, s.plan(), donate=donated)
-    xla = fn.lower(*abstract_inputs(s, jmesh)).compile().memory_analysis()
-    peak = (
-        xla.argument_size_in_bytes
-        + xla.output_size_in_bytes
-        - xla.alias_size_in_bytes
-        + xla.temp_size_in_bytes
-    )
-    assert ours.temporaries == pytest.approx(xla.temp_size_in_bytes, rel=0.25)
+    temporaries, peak = compiled_memory(s, donate=True)
+    assert ours.temporaries == pytest.approx(temporaries, rel=0.25)
     assert ours.peak == pytest.approx(peak, rel=0.25)
 
 

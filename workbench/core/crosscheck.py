@@ -10,7 +10,8 @@ from jax.sharding import NamedSharding
 
 from workbench.core.collectives import KINDS
 from workbench.core.hlo import HloCollective, normalize_cpu, parse_collectives
-from workbench.core.lowering.explicit import spec
+from workbench.core.lowering.explicit import lower_explicit, spec
+from workbench.core.simulator import donations
 
 
 def abstract_inputs(session, jmesh) -> list[jax.ShapeDtypeStruct]:
@@ -28,6 +29,18 @@ def compiled_text(session, lowering: str = "explicit", devices=None) -> str:
     """The per-device HLO XLA compiles for one lowering of the session's current state."""
     fn, jmesh = session.lower(lowering, devices=devices)
     return fn.lower(*abstract_inputs(session, jmesh)).compile().as_text()
+
+
+def compiled_memory(session, *, donate: bool = True) -> tuple[int, int]:
+    """XLA's temporaries and peak per device (arguments + outputs - aliased + temporaries)
+    for the explicit lowering of the session's plan; with ``donate``, the inputs the
+    simulator assumes a training loop donates are donated (``simulator.donations``)."""
+    s = session
+    donated = sorted(donations(s.program, s.state).values()) if donate else ()
+    fn, jmesh = lower_explicit(s.program, s.mesh, s.state, s.plan(), donate=donated)
+    m = fn.lower(*abstract_inputs(s, jmesh)).compile().memory_analysis()
+    peak = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+    return m.temp_size_in_bytes, peak + m.temp_size_in_bytes
 
 
 def compiled_collectives(session, lowering: str = "explicit", devices=None) -> list[HloCollective]:

@@ -254,6 +254,7 @@ class _Static:
     categories: tuple  # per value
     fused: frozenset  # values kept inside fused kernels
     folded: frozenset  # matmul results read only by a transpose: written transposed, once
+    unbuffered: frozenset  # fused | folded: values the memory model gives no buffer of their own
     in_place: frozenset  # positions of elementwise kernels
     copies: tuple  # (op id, operand indices read through a transposed copy)
     optimizer_ops: tuple  # op ids in the optimizer phase
@@ -304,6 +305,7 @@ class _Static:
                 categories=tuple(category(program, v.id) for v in program.values),
                 fused=frozenset(fused),
                 folded=frozenset(folded),
+                unbuffered=frozenset(fused | folded),
                 in_place=frozenset(i for i, op in enumerate(order) if op.primitive in FUSIBLE),
                 copies=tuple(copies),
                 optimizer_ops=tuple(op.id for op in program.ops if op.phase == "optimizer"),
@@ -486,7 +488,7 @@ class _Simulator:
         position, plan_ops = static.position, plan.ops
         # a compiler writes a matmul's result in the order its transpose wants (one buffer);
         # a value the plan redistributes is read from memory: it cannot stay fused
-        fused = static.fused | static.folded
+        fused = static.unbuffered
         if plan.redistributed:
             fused = fused - plan.redistributed
         end = len(position)
