@@ -3,6 +3,7 @@
 import math
 
 import jax
+import numpy as np
 import pytest
 
 from workbench.core import calibrate as cal
@@ -46,6 +47,18 @@ def test_calibrated_spec_prices_collectives(measured):
     assert t == pytest.approx(hw.all_reduce_time(1 << 20, n, bandwidth, latency))
     assert 0 < t < 10
     assert measured.peak_flops("bfloat16") > 0  # measured, or the float32 fallback
+
+
+def test_collectives_are_timed_in_context(measured):
+    # inside a program every collective waits for all devices of its group: even 256 bytes
+    # cost a rendezvous, which a lone collective less a program's dispatch time hides
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("d",))
+    samples, chains = cal.measure_collectives(mesh, quick=True)
+    assert chains == "1 and 5"
+    assert {s.kind for s in samples} == set(hw.KINDS)
+    assert all(s.seconds > 1e-6 for s in samples if s.nbytes <= 256)
+    (link,) = measured.links
+    assert link.figures_for("all-reduce")[1] > 0  # the fit keeps a latency
 
 
 def test_fit_recovers_bandwidth_and_latency():

@@ -1,5 +1,6 @@
 """The simulator against closed forms and against what XLA compiles for the same shardings."""
 
+from dataclasses import replace
 from functools import cache
 
 import jax.numpy as jnp
@@ -62,6 +63,26 @@ def test_a_ring_all_reduce_costs_what_the_formula_says():
     expected = 2 * (n - 1) / n * nbytes / link.bandwidth + 2 * (n - 1) * link.latency
     assert c.seconds == pytest.approx(expected, rel=1e-9)
     assert e.by_kind["all-reduce"] == pytest.approx(expected)
+
+
+def test_combined_gradient_all_reduces_pay_one_latency():
+    # data parallelism: XLA's combiner runs the gradients' all-reduces as one collective
+    s = wb.Session(program("mlp"), MESH, [wb.BP("batch")])
+    grads = [c for c in s.estimate(hw.H100).collectives if c.collective.kind == "all-reduce"]
+    assert len(grads) > 1
+    total = sum(c.collective.bytes for c in grads)
+    one = hw.collective_time("all-reduce", total, ("batch",), MESH, hw.H100)
+    assert sum(c.seconds for c in grads) == pytest.approx(one, rel=1e-9)
+    # each shares it by its bytes, so the breakdown still names every gradient's tactic
+    assert all(c.seconds == pytest.approx(one * c.collective.bytes / total) for c in grads)
+    apart = replace(hw.H100, all_reduce_combine_bytes=1)  # no two gradients fit: none combine
+    separate = [c for c in s.estimate(apart).collectives if c.collective.kind == "all-reduce"]
+    expected = [
+        hw.collective_time("all-reduce", c.collective.bytes, ("batch",), MESH, apart)
+        for c in separate
+    ]
+    assert [c.seconds for c in separate] == pytest.approx(expected, rel=1e-9)
+    assert sum(expected) > one + (len(grads) - 1.5) * 2 * hw.H100.link(MESH, "batch").latency
 
 
 def test_overlap_policies():

@@ -7,7 +7,8 @@ quarter of a core):
 
 - **matmul FLOP/s** per dtype (float32 and bfloat16 where the backend runs them): an
   n x n @ n x n product on each device, n sized from a probe so one run takes about
-  ``target_s``; the median of several timed runs after a warm-up, 2 n^3 FLOPs each.
+  ``target_s``; the fastest of several timed runs after a warm-up, 2 n^3 FLOPs each
+  (every figure is the fastest of its runs: see ``fastest_time``).
 - **kernel overhead** (``op_overhead``): chains of k tiny dependent steps
   (``v * 0.5 + max(v)``, which no compiler fuses into one kernel) for several k; the
   time per kernel is the least-squares slope of time against the number of kernels the
@@ -22,8 +23,11 @@ quarter of a core):
   non-leading dimension needs (see ``simulator``).
 - **collectives** (two or more devices): all-reduce, all-gather, reduce-scatter,
   all-to-all and collective-permute at several sizes, over groups of 2, 4, ... devices
-  (every group at once, as the axes of a mesh run), each less the dispatch time of a
-  trivial program, fitted per kind to the formulas of `hardware` (ring all-reduce
+  (every group at once, as the axes of a mesh run), each timed where a step runs it:
+  inside a program, as the slope over chains of dependent collectives, so the devices'
+  rendezvous at each one counts and the program's dispatch does not (a lone collective
+  less a trivial program's dispatch time hides the rendezvous on devices sharing a host);
+  fitted per kind to the formulas of `hardware` (ring all-reduce
   2(n-1)/n * bytes/bw + 2(n-1) * lat, all-gather and reduce-scatter half that, all-to-all
   (n-1)/n * bytes/bw + (n-1) * lat, permute bytes/bw + lat) by least squares on relative
   error. The link's own figures are the fit of all-reduce and all-gather together; each
@@ -39,6 +43,7 @@ to predict accelerators.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import re
 import statistics
@@ -96,7 +101,7 @@ def calibrate(
             continue
         flops[name] = rate
         sources[f"flops.{name}"] = measured(
-            f"{size} x {size} matmul per device, all devices at once, median"
+            f"{size} x {size} matmul per device, all devices at once, fastest run"
         )
 
     overhead, dispatch, chains = measure_op_overhead(mesh, quick=quick)
@@ -120,7 +125,7 @@ def calibrate(
     link_name = "host" if platform == "cpu" else "interconnect"
     per_kind = ()
     if collectives and n > 1:
-        samples, coll_overhead = measure_collectives(mesh, quick=quick)
+        samples, chains = measure_collectives(mesh, quick=quick, op_overhead=overhead)
         base = [s for s in samples if s.kind in ("all-reduce", "all-gather")]
         # a collective copies through memory: where dispatch noise swamps the transfer
         # (small arrays, devices sharing a host), the fit is capped at the memory bandwidth
@@ -131,8 +136,8 @@ def calibrate(
         how = (
             f"{{kinds}} of {sizes[0] >> 10}-{sizes[-1] >> 10} KiB per device over groups of "
             f"{', '.join(map(str, groups))} devices, fitted to the formulas of "
-            f"workbench.core.hardware; {coll_overhead * 1e6:.0f} us dispatch subtracted; "
-            "bandwidth at most the memory bandwidth"
+            f"workbench.core.hardware; each timed inside a program, the slope over chains of "
+            f"{chains} dependent collectives; bandwidth at most the memory bandwidth"
         )
         sources[f"links.{link_name}.bandwidth"] = measured(
             how.format(kinds="all-reduce and all-gather")
@@ -180,16 +185,19 @@ def _sizes(nbytes: Sequence[int]) -> str:
 
 
 # -- microbenchmarks ------------------------------------------------------------------------------
-def median_time(fn, *args, repeats: int = 5, warmup: int = 1) -> float:
-    """Median wall-clock seconds of ``fn(*args)`` to completion, after ``warmup`` calls."""
+def fastest_time(fn, *args, repeats: int = 5, warmup: int = 1) -> float:
+    """Fastest wall-clock seconds of ``fn(*args)`` to completion over ``repeats`` runs,
+    after ``warmup`` calls. The fastest, not the median: whatever else the machine runs
+    only ever adds time, so the fastest run is the best measure of the devices alone (on
+    virtual devices sharing a busy host, medians of one figure drift by 2-3x between runs)."""
     for _ in range(warmup):
         jax.block_until_ready(fn(*args))
-    times = []
+    best = math.inf
     for _ in range(repeats):
         start = time.perf_counter()
         jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 def _filled(mesh, shape, dtype, value=1.0):
@@ -213,7 +221,7 @@ def measure_matmul(mesh, dtype="float32", *, quick=False, target_s=None) -> tupl
 
     def run(n):
         a = _filled(mesh, (n, n), dtype, 0.5)
-        return median_time(mm, a, a, repeats=3 if quick else 5)
+        return fastest_time(mm, a, a, repeats=3 if quick else 5)
 
     n = 128 if quick else 256
     t = run(n)
@@ -240,14 +248,18 @@ def fit_slope(sizes: Sequence[float], seconds: Sequence[float]) -> float:
     return float(t[big] / x[big])
 
 
-def measure_memory_bandwidth(mesh, *, quick=False) -> tuple[float, list[int]]:
-    """Per-device bytes/s of ``x + 1`` (one read, one write): the slope over several sizes."""
+def measure_memory_bandwidth(mesh, *, quick=False, rounds=None) -> tuple[float, list[int]]:
+    """Per-device bytes/s of ``x + 1`` (one read, one write): the slope over several sizes,
+    each size's time the fastest over ``rounds`` interleaved passes over the sizes (a slope
+    through single figures swings several-fold with the host's load)."""
     sizes = [256 << 10, 1 << 20] if quick else [256 << 10, 1 << 20, 4 << 20, 16 << 20]
+    rounds = rounds or (1 if quick else 3)
     fn = _per_device(mesh, lambda v: v + 1.0)
-    times = []
-    for nbytes in sizes:
-        x = _filled(mesh, (nbytes // 4,), jnp.float32)
-        times.append(median_time(fn, x, repeats=5 if quick else 9))
+    inputs = [_filled(mesh, (nbytes // 4,), jnp.float32) for nbytes in sizes]
+    times = [math.inf] * len(sizes)
+    for _ in range(rounds):
+        for i, x in enumerate(inputs):
+            times[i] = min(times[i], fastest_time(fn, x, repeats=5))
     return 1.0 / fit_slope([2 * b for b in sizes], times), sizes
 
 
@@ -261,7 +273,7 @@ def measure_transpose_bandwidth(mesh, *, quick=False, dispatch=0.0) -> tuple[flo
     rates = []
     for m in sides:
         x = _filled(mesh, (m, m), jnp.float32)
-        t = median_time(fn, x, repeats=5 if quick else 9)
+        t = fastest_time(fn, x, repeats=5 if quick else 9)
         rates.append(2 * 4 * m * m / max(t - dispatch, t / 2))
     return statistics.median(rates), [4 * m * m for m in sides]
 
@@ -290,7 +302,7 @@ def measure_op_overhead(mesh, *, quick=False) -> tuple[float, float, str]:
     then an elementwise op: no compiler fuses the chain into one kernel); the per-kernel
     time is the least-squares slope of time against the kernels the compiled program has.
     """
-    lengths = (1, 32) if quick else (1, 16, 48)
+    lengths = (1, 32) if quick else (1, 64, 128)
     x = _filled(mesh, (8,), jnp.float32)
     kernels, times = [], []
     for k in lengths:
@@ -302,60 +314,86 @@ def measure_op_overhead(mesh, *, quick=False) -> tuple[float, float, str]:
 
         compiled = _per_device(mesh, body).lower(x).compile()
         kernels.append(count_kernels(compiled.as_text()))
-        times.append(median_time(compiled, x, repeats=7 if quick else 11))
+        times.append(fastest_time(compiled, x, repeats=7 if quick else 15))
     if max(kernels) == min(kernels):  # everything fused: nothing to measure
         return 0.0, min(times), "/".join(map(str, lengths))
     slope, intercept = np.polyfit(np.asarray(kernels, float), np.asarray(times, float), 1)
     return max(float(slope), 0.0), max(float(intercept), 0.0), "/".join(map(str, lengths))
 
 
-def measure_collectives(mesh, *, quick=False) -> tuple[list[Sample], float]:
+def _chain_link(kind: str, g: int):
+    """One link of a chain of ``kind`` over axis "g", shaped for the next link: an
+    all-gather keeps a slice of its own share (one small kernel between links), and a
+    reduce-scatter is followed by the all-gather that restores its input (its own time is
+    that pair's less the all-gather's); the others keep their shape."""
+    if kind == "all-reduce":
+        return lambda v: jax.lax.psum(v, "g")
+    if kind == "all-gather":
+        return lambda v: jax.lax.all_gather(v, "g", tiled=True)[: v.shape[0]]
+    if kind == "reduce-scatter":
+        return lambda v: jax.lax.all_gather(
+            jax.lax.psum_scatter(v, "g", tiled=True), "g", tiled=True
+        )
+    if kind == "all-to-all":
+        return lambda v: jax.lax.all_to_all(v, "g", 0, 0, tiled=True)
+    return lambda v: jax.lax.ppermute(v, "g", [(i, (i + 1) % g) for i in range(g)])
+
+
+def measure_collectives(mesh, *, quick=False, op_overhead=0.0) -> tuple[list[Sample], str]:
     """Every collective kind at several sizes over groups of 2, 4, ... devices, every group
-    at once (as a mesh axis runs), less the dispatch time of a trivial program. Bytes follow
-    the convention of `hardware` (all-gather: the gathered output; the rest: the input)."""
+    at once (as a mesh axis runs), timed where a step runs them: inside a program, one after
+    another. Each sample is the slope of time against the length of a chain of dependent
+    collectives (1 and 1 + k links, see ``_chain_link``; an all-gather's slice between
+    links less ``op_overhead``), so a program's dispatch is not part of it and the devices'
+    rendezvous at each collective is. Bytes follow the convention of `hardware`
+    (all-gather: the gathered output; the rest: the input). Returns the samples and the
+    chain lengths."""
     devices = mesh.devices.reshape(-1)
     n = devices.size
     repeats = 5 if quick else 9
-    sizes = [16 << 10, 256 << 10] if quick else [64 << 10, 1 << 20, 8 << 20]
+    extra = 4 if quick else 8  # links the long chain adds
+    sizes = [256, 64 << 10] if quick else [256, 256 << 10, 2 << 20]
     groups = [g for g in (2, 4, 8, 16, 32, 64) if g < n and n % g == 0] + [n]
     if quick:
         groups = sorted({groups[0], n})
-    tiny = _filled(mesh, (8,), jnp.float32)
-    overhead = median_time(_per_device(mesh, lambda v: v + 1.0), tiny, repeats=repeats)
     samples = []
     for g in groups:
         sub = jax.sharding.Mesh(devices.reshape(n // g, g), ("r", "g"))
-        ops = {
-            "all-reduce": lambda v: jax.lax.psum(v, "g"),
-            "all-gather": lambda v: jax.lax.all_gather(v, "g", tiled=True),
-            "reduce-scatter": lambda v: jax.lax.psum_scatter(v, "g", tiled=True),
-            "all-to-all": lambda v: jax.lax.all_to_all(v, "g", 0, 0, tiled=True),
-            "collective-permute": lambda v, g=g: jax.lax.ppermute(
-                v, "g", [(i, (i + 1) % g) for i in range(g)]
-            ),
-        }
         spec = P(("r", "g"))
-        for kind, op in ops.items():
-            fn = jax.jit(
-                jax.shard_map(op, mesh=sub, in_specs=spec, out_specs=spec, check_vma=False)
-            )
+        gathers = {}  # bytes -> seconds of one all-gather link at that size
+        for kind in ("all-gather", *(k for k in KINDS if k != "all-gather")):
+            link = _chain_link(kind, g)
+            chains = []
+            for length in (1, 1 + extra):
+
+                def chain(v, link=link, length=length):
+                    for _ in range(length):
+                        v = link(v)
+                    return v
+
+                chains.append(
+                    jax.jit(
+                        jax.shard_map(
+                            chain, mesh=sub, in_specs=spec, out_specs=spec, check_vma=False
+                        )
+                    )
+                )
             for nbytes in sizes:
                 # all-gather: each device holds 1/g of what it gathers (nbytes)
-                elems = nbytes // 4 // (g if kind == "all-gather" else 1)
+                elems = max(nbytes // 4 // (g if kind == "all-gather" else 1), 1)
                 x = jax.jit(
                     lambda e=elems: jnp.ones((n * e,), jnp.float32),
                     out_shardings=NamedSharding(sub, spec),
                 )()
-                t = median_time(fn, x, repeats=repeats)
-                samples.append(
-                    Sample(
-                        kind,
-                        g,
-                        4 * elems * (g if kind == "all-gather" else 1),
-                        max(t - overhead, 1e-9),
-                    )
-                )
-    return samples, overhead
+                short, long = (fastest_time(fn, x, repeats=repeats) for fn in chains)
+                seconds = (long - short) / extra
+                size = 4 * elems * (g if kind == "all-gather" else 1)
+                if kind == "all-gather":
+                    gathers[size] = seconds = seconds - op_overhead
+                elif kind == "reduce-scatter":  # the pair less its all-gather
+                    seconds -= gathers.get(size, 0.0) + op_overhead
+                samples.append(Sample(kind, g, size, max(seconds, 1e-9)))
+    return samples, f"1 and {1 + extra}"
 
 
 #: Per kind: (latency steps, bandwidth factor on bytes) for a group of n, the formulas of

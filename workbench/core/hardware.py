@@ -18,7 +18,8 @@ link's own figures): no vendor publishes them as such.
 
 **Combined all-reduces.** ``all_reduce_combine_bytes`` is the most a runtime packs into
 one combined all-reduce (XLA's all-reduce combiner: 30 MiB by default, unbounded on CPU
-up to 256 operands); the simulator's memory keeps a bucket's gradients live until it runs.
+up to 256 operands); the simulator prices a bucket as one all-reduce (one latency) and its
+memory keeps a bucket's gradients live until it runs.
 
 **Which link a mesh axis uses** (`Hardware.link`): an explicit mapping set with
 ``with_axis_links({"model": "nvlink"})`` wins; otherwise a node is filled from the

@@ -10,8 +10,9 @@
   redistribution (a slice or mask, priced like a copy of what it keeps) and each
   transposed copy of a matmul or convolution operand in the wrong order (the copies the
   memory model holds; read and written at ``hardware.copy_bandwidth``);
-- communication: per collective of the plan, ``hardware.collective_time`` times its count,
-  plus the copies the runtime makes around it (``layout_copies``): a gather or scatter
+- communication: per collective of the plan, ``hardware.collective_time`` times its count
+  (the gradient all-reduces a runtime combines run as one: see ``buckets``), plus the
+  copies the runtime makes around it (``layout_copies``): a gather or scatter
   along a dimension that is not the leading one runs on a transposed copy (input and
   output, at ``hardware.copy_bandwidth``);
 - step time under an overlap policy: "none" (compute + communication), "full"
@@ -382,6 +383,7 @@ class _Simulator:
         caches = program.__dict__.setdefault("_op_cost_cache", {})
         self.cache = caches.setdefault(hardware, {})
         self.static = _Static.of(program)
+        self._buckets = None
 
     # -- time ------------------------------------------------------------------------------
     def op_estimates(self) -> list[OpEstimate]:
@@ -471,12 +473,32 @@ class _Simulator:
         return seconds, kernels
 
     def collective_estimates(self) -> list[CollectiveEstimate]:
+        """Per collective of the plan, its time with the copies around it. The gradient
+        all-reduces a runtime combines (``buckets``) run as one collective over the same
+        axes: its time (one latency, the bytes of all) is shared among them by bytes. A
+        program output's all-reduce (a loss, needed only at the end) joins the last one."""
+        hw, mesh = self.hw, self.mesh
+        combined: dict[tuple, list[int]] = {}  # (bucket, axes, reduction) -> collective indices
+        buckets = self.buckets()
+        bucket_of = {o_id: b for b, members in enumerate(buckets) for _, o_id in members}
+        if buckets:
+            bucket_of[None] = len(buckets) - 1
+        collectives = self.plan.collectives
+        seconds = []
+        for i, c in enumerate(collectives):
+            b = bucket_of.get(c.op) if c.kind == "all-reduce" and c.count == 1 else None
+            if b is not None:
+                combined.setdefault((b, c.axes, c.reduction), []).append(i)
+            seconds.append(collective_time(c.kind, c.bytes, c.axes, mesh, hw))
+        for (_, axes, _), members in combined.items():
+            total = sum(collectives[i].bytes for i in members)
+            t = collective_time("all-reduce", total, axes, mesh, hw)
+            for i in members:
+                seconds[i] = t * collectives[i].bytes / total
         out = []
-        hw = self.hw
-        for c in self.plan.collectives:
-            nbytes, kernels = layout_copies(c, self.mesh)
+        for c, t in zip(collectives, seconds):
+            nbytes, kernels = layout_copies(c, mesh)
             copy = nbytes / hw.copy_bandwidth + kernels * hw.op_overhead
-            t = collective_time(c.kind, c.bytes, c.axes, self.mesh, hw)
             out.append(CollectiveEstimate(c, t + copy, copy))
         return out
 
@@ -607,21 +629,21 @@ class _Simulator:
                     spans[k][1] = spans[k][0]
         return self.sweep(spans, copies, end, in_place)
 
-    def combined_reductions(self) -> tuple[list[int] | None, dict[int, int]]:
-        """Where combined all-reduces move the optimizer: ``(runs_at, reduced_at)``, the
-        position each op of ``order`` runs at instead (None: nothing moves) and, per position
-        of an op that reads a gradient a combined all-reduce reduces, the position that
-        all-reduce runs at.
+    def buckets(self) -> list[list[tuple[int, int]]]:
+        """The combined gradient all-reduces: per bucket, ``(position, op id)`` of each
+        optimizer op whose operands it reduces (buckets of one op combine nothing and are
+        left out).
 
         Runtimes combine independent all-reduces into one (XLA's all-reduce combiner, the
         gradient buckets of data-parallel frameworks) of up to
-        ``hardware.all_reduce_combine_bytes``: the gradients of a bucket are reduced together
-        after the last of them is made, so each stays live until then, and the ops that read
-        them, and what reads their results, run after it.
+        ``hardware.all_reduce_combine_bytes`` and ``COMBINE_COUNT`` operands: a bucket
+        closes when full or when an op needs the result of one of its own members.
         """
+        if self._buckets is not None:
+            return self._buckets
         limit = self.hw.all_reduce_combine_bytes
         plan_ops, steps = self.plan.ops, self.static.optimizer_steps
-        buckets: list[list[int]] = []  # per bucket: the positions of the ops it feeds
+        buckets: list[list[tuple[int, int]]] = []
         size = 0.0
         bucket_of: dict[int, int] = {}  # value -> the last bucket it depends on
         for o_id, at, operands, results in steps:
@@ -638,13 +660,27 @@ class _Simulator:
                 if full or after == len(buckets) - 1:  # full, or it needs the open bucket
                     buckets.append([])
                     size = 0.0
-                buckets[-1].append(at)
+                buckets[-1].append((at, o_id))
                 size += reduced
                 after = len(buckets) - 1
             if after >= 0:
                 for v in results:
                     bucket_of[v] = after
-        buckets = [b for b in buckets if len(b) > 1]
+        self._buckets = [b for b in buckets if len(b) > 1]
+        return self._buckets
+
+    def combined_reductions(self) -> tuple[list[int] | None, dict[int, int]]:
+        """Where combined all-reduces (``buckets``) move the optimizer: ``(runs_at,
+        reduced_at)``, the position each op of ``order`` runs at instead (None: nothing
+        moves) and, per position of an op that reads a gradient a combined all-reduce
+        reduces, the position that all-reduce runs at.
+
+        The gradients of a bucket are reduced together after the last of them is made, so
+        each stays live until then, and the ops that read them, and what reads their
+        results, run after it.
+        """
+        steps = self.static.optimizer_steps
+        buckets = [[at for at, _ in b] for b in self.buckets()]
         if not buckets:
             return None, {}
         delay: dict[int, int] = {}  # position -> the position it must follow
