@@ -63,6 +63,14 @@ def test_collectives_are_timed_in_context(measured):
     assert link.figures_for("all-reduce")[1] > 0  # the fit keeps a latency
 
 
+def test_a_device_count_that_is_not_a_power_of_two():
+    # groups of 2 and 6: every collective moves whole shares of its group
+    h = calibrate(jax.devices()[:6], quick=True, dtypes=("float32",))
+    (link,) = h.links
+    assert [k for k, *_ in link.kinds] == list(hw.KINDS)
+    assert all(bandwidth > 0 for _, bandwidth, _ in link.kinds)
+
+
 def test_fit_recovers_bandwidth_and_latency():
     bw, lat, n = 5e9, 3e-6, 8
     samples = [

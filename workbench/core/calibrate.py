@@ -127,7 +127,7 @@ def calibrate(
     if collectives and n > 1:
         samples, chains = measure_collectives(mesh, quick=quick, op_overhead=overhead)
         base = [s for s in samples if s.kind in ("all-reduce", "all-gather")]
-        # a collective copies through memory: where dispatch noise swamps the transfer
+        # a collective copies through memory: where noise swamps the transfer
         # (small arrays, devices sharing a host), the fit is capped at the memory bandwidth
         bandwidth, latency = fit_link(base)
         bandwidth = min(bandwidth, hbm)
@@ -361,7 +361,7 @@ def measure_collectives(mesh, *, quick=False, op_overhead=0.0) -> tuple[list[Sam
         sub = jax.sharding.Mesh(devices.reshape(n // g, g), ("r", "g"))
         spec = P(("r", "g"))
         gathers = {}  # bytes -> seconds of one all-gather link at that size
-        for kind in ("all-gather", *(k for k in KINDS if k != "all-gather")):
+        for kind in KINDS:  # all-gather first: a reduce-scatter is timed less its all-gather
             link = _chain_link(kind, g)
             chains = []
             for length in (1, 1 + extra):
@@ -379,19 +379,21 @@ def measure_collectives(mesh, *, quick=False, op_overhead=0.0) -> tuple[list[Sam
                     )
                 )
             for nbytes in sizes:
-                # all-gather: each device holds 1/g of what it gathers (nbytes)
-                elems = max(nbytes // 4 // (g if kind == "all-gather" else 1), 1)
+                # every kind moves `size` bytes, a whole number of shares of the group (an
+                # all-gather's input is one share, a reduce-scatter's input splits into g)
+                share = max(nbytes // 4 // g, 1)
+                size = 4 * share * g
+                elems = share if kind == "all-gather" else share * g
                 x = jax.jit(
                     lambda e=elems: jnp.ones((n * e,), jnp.float32),
                     out_shardings=NamedSharding(sub, spec),
                 )()
                 short, long = (fastest_time(fn, x, repeats=repeats) for fn in chains)
                 seconds = (long - short) / extra
-                size = 4 * elems * (g if kind == "all-gather" else 1)
                 if kind == "all-gather":
                     gathers[size] = seconds = seconds - op_overhead
                 elif kind == "reduce-scatter":  # the pair less its all-gather
-                    seconds -= gathers.get(size, 0.0) + op_overhead
+                    seconds -= gathers[size] + op_overhead
                 samples.append(Sample(kind, g, size, max(seconds, 1e-9)))
     return samples, f"1 and {1 + extra}"
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -383,7 +384,6 @@ class _Simulator:
         caches = program.__dict__.setdefault("_op_cost_cache", {})
         self.cache = caches.setdefault(hardware, {})
         self.static = _Static.of(program)
-        self._buckets = None
 
     # -- time ------------------------------------------------------------------------------
     def op_estimates(self) -> list[OpEstimate]:
@@ -479,7 +479,7 @@ class _Simulator:
         program output's all-reduce (a loss, needed only at the end) joins the last one."""
         hw, mesh = self.hw, self.mesh
         combined: dict[tuple, list[int]] = {}  # (bucket, axes, reduction) -> collective indices
-        buckets = self.buckets()
+        buckets = self.buckets
         bucket_of = {o_id: b for b, members in enumerate(buckets) for _, o_id in members}
         if buckets:
             bucket_of[None] = len(buckets) - 1
@@ -487,9 +487,11 @@ class _Simulator:
         seconds = []
         for i, c in enumerate(collectives):
             b = bucket_of.get(c.op) if c.kind == "all-reduce" and c.count == 1 else None
-            if b is not None:
+            if b is None:
+                seconds.append(collective_time(c.kind, c.bytes, c.axes, mesh, hw))
+            else:  # priced with its bucket below
                 combined.setdefault((b, c.axes, c.reduction), []).append(i)
-            seconds.append(collective_time(c.kind, c.bytes, c.axes, mesh, hw))
+                seconds.append(0.0)
         for (_, axes, _), members in combined.items():
             total = sum(collectives[i].bytes for i in members)
             t = collective_time("all-reduce", total, axes, mesh, hw)
@@ -629,6 +631,7 @@ class _Simulator:
                     spans[k][1] = spans[k][0]
         return self.sweep(spans, copies, end, in_place)
 
+    @cached_property
     def buckets(self) -> list[list[tuple[int, int]]]:
         """The combined gradient all-reduces: per bucket, ``(position, op id)`` of each
         optimizer op whose operands it reduces (buckets of one op combine nothing and are
@@ -639,8 +642,6 @@ class _Simulator:
         ``hardware.all_reduce_combine_bytes`` and ``COMBINE_COUNT`` operands: a bucket
         closes when full or when an op needs the result of one of its own members.
         """
-        if self._buckets is not None:
-            return self._buckets
         limit = self.hw.all_reduce_combine_bytes
         plan_ops, steps = self.plan.ops, self.static.optimizer_steps
         buckets: list[list[tuple[int, int]]] = []
@@ -666,8 +667,7 @@ class _Simulator:
             if after >= 0:
                 for v in results:
                     bucket_of[v] = after
-        self._buckets = [b for b in buckets if len(b) > 1]
-        return self._buckets
+        return [b for b in buckets if len(b) > 1]
 
     def combined_reductions(self) -> tuple[list[int] | None, dict[int, int]]:
         """Where combined all-reduces (``buckets``) move the optimizer: ``(runs_at,
@@ -680,7 +680,7 @@ class _Simulator:
         results, run after it.
         """
         steps = self.static.optimizer_steps
-        buckets = [[at for at, _ in b] for b in self.buckets()]
+        buckets = [[at for at, _ in b] for b in self.buckets]
         if not buckets:
             return None, {}
         delay: dict[int, int] = {}  # position -> the position it must follow
