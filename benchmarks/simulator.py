@@ -38,6 +38,7 @@ from workbench.core.calibrate import calibrate
 from workbench.core.lowering.explicit import spec
 from workbench.core.run import compare, example_inputs, reference_outputs
 from workbench.core.strategies import BP, Z3
+from workbench.core.units import format_bytes
 from workbench.models import build, lm
 
 #: Model sizes: zoo presets, plus an LM between "small" and "large".
@@ -151,9 +152,16 @@ def main():
     print(f"calibrated in {time.perf_counter() - t0:.1f} s: {hardware}", flush=True)
     figures = hardware.figures()
     print(
-        "  op overhead {:.1f} us, transpose {:.2g} B/s, per-kind links: {}".format(
+        "  op overhead {:.1f} us, transpose {} B/s, per-kind links: {}".format(
             hardware.op_overhead * 1e6,
-            hardware.copy_bandwidth,
+            ", ".join(
+                f"{format_bytes(size)} {rate:.2g}"
+                for size, rate in (
+                    hardware.transpose_bandwidth
+                    if isinstance(hardware.transpose_bandwidth, tuple)
+                    else [(0, hardware.copy_bandwidth())]
+                )
+            ),
             ", ".join(
                 f"{k} {figures[f'links.{hardware.links[0].name}.{k}.bandwidth']:.2g} B/s"
                 for k, *_ in hardware.links[0].kinds

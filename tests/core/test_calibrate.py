@@ -39,6 +39,17 @@ def test_quick_calibration_is_plausible(measured):
         assert "measured" in measured.sources[key] and kind in measured.sources[key]
 
 
+def test_transposes_are_measured_per_size(measured):
+    # a curve of (array bytes, bytes/s), one point per size measured, each with a source
+    curve = measured.transpose_bandwidth
+    assert [size for size, _ in curve] == [4 * 128 * 128, 4 * 256 * 256]
+    for size, rate in curve:
+        assert 1e6 < rate < 1e12
+        assert "(x * 0.5 + 1).T" in measured.sources[f"transpose_bandwidth.{size:.0f}"]
+    assert curve[0][1] >= curve[1][1]  # no slower for a smaller array
+    assert measured.copy_bandwidth(1 << 30) == curve[-1][1]
+
+
 def test_calibrated_spec_prices_collectives(measured):
     n = len(jax.devices())
     mesh = Mesh({"d": n})

@@ -107,6 +107,25 @@ def test_invalid_specs_are_refused_with_a_reason():
         dataclasses.replace(spec(), devices_per_node=0)
 
 
+def test_transpose_bandwidth_as_measured_points():
+    flat = spec()
+    assert flat.copy_bandwidth(1 << 20) == flat.hbm_bandwidth  # none given
+    one = dataclasses.replace(flat, transpose_bandwidth=2e9)
+    assert one.copy_bandwidth() == one.copy_bandwidth(1 << 30) == 2e9
+    points = ((4 << 20, 1e9), (1 << 16, 4e9))  # any order: kept sorted by size
+    curve = dataclasses.replace(flat, transpose_bandwidth=points)
+    assert curve.transpose_bandwidth == ((1 << 16, 4e9), (4 << 20, 1e9))
+    assert curve.copy_bandwidth(1 << 10) == 4e9 and curve.copy_bandwidth(1 << 30) == 1e9
+    # log-log between points: 512 KiB is halfway from 64 KiB to 4 MiB in log size
+    assert curve.copy_bandwidth(1 << 19) == pytest.approx(2e9)
+    assert curve.copy_bandwidth() == pytest.approx(2.5e9)  # no size: the median
+    assert curve.figures()["transpose_bandwidth.65536"] == 4e9
+    assert hash(curve) != hash(one)
+    for bad in (-1.0, ((1 << 16, 0.0),), ((1 << 16, 1e9), (1 << 16, 2e9)), "fast"):
+        with pytest.raises(HardwareError, match="transpose_bandwidth"):
+            dataclasses.replace(flat, transpose_bandwidth=bad)
+
+
 def test_specs_are_frozen_and_hashable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         H100.name = "x"

@@ -85,6 +85,25 @@ def test_combined_gradient_all_reduces_pay_one_latency():
     assert sum(expected) > one + (len(grads) - 1.5) * 2 * hw.H100.link(MESH, "batch").latency
 
 
+def test_transposed_operand_copies_are_priced_at_their_own_size():
+    # a batched matmul contracting the left side's middle dimension reads it through a
+    # transposed copy; on a spec whose transposes slow down with size, each copy pays the
+    # rate measured at its local size (log-log between the measured points)
+    def f(x, w):
+        return jnp.einsum("bji,bjk->bik", x, w)
+
+    program = wb.capture(f, jnp.ones((8, 256, 128)), jnp.ones((8, 256, 64)))
+    size = 8 * 256 * 128 * 4  # x, copied whole on one device
+    flat = replace(hw.H100, transpose_bandwidth=1e9)
+    curve = replace(hw.H100, transpose_bandwidth=((size / 4, 1e9), (size * 4, 0.25e9)))
+    alone = wb.Session(program, wb.Mesh({"batch": 4}))
+    extra = alone.estimate(curve).compute_s - alone.estimate(flat).compute_s
+    assert extra == pytest.approx(2 * size * (1 / 0.5e9 - 1 / 1e9), rel=1e-9)
+    split = wb.Session(program, wb.Mesh({"batch": 4}), [wb.Tile("x", 0, "batch")])
+    extra = split.estimate(curve).compute_s - split.estimate(flat).compute_s
+    assert extra == pytest.approx(2 * (size / 4) * (1 / 1e9 - 1 / 1e9), abs=1e-12)
+
+
 def test_overlap_policies():
     s = wb.Session(program("lm"), MESH, [wb.BP("batch"), wb.MP("model")])
     none, full, half = (s.estimate(hw.H100, overlap=o) for o in ("none", "full", 0.5))

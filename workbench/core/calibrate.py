@@ -18,9 +18,11 @@ quarter of a core):
   launch is the intercept and not part of it. Sizes span what the ops of a partitioned
   step touch (a quarter to 16 MiB per device in full mode).
 - **transpose bandwidth**: a transposing write as compilers emit one, fused into the op
-  that makes the value (``(x * 0.5 + 1).T`` on square arrays), the median over sizes:
-  the layout copies a matmul operand in the wrong order or a collective along a
-  non-leading dimension needs (see ``simulator``).
+  that makes the value (``(x * 0.5 + 1).T`` on square arrays), at sizes from 64 KiB to
+  16 MiB per device (two in quick mode), kept as a curve: a transpose slows down as its
+  array leaves the caches, and the simulator prices the transposes of a step (the layout
+  copies a matmul operand in the wrong order or a collective along a non-leading
+  dimension needs, and transposes of the minor dimension) each at its own size.
 - **collectives** (two or more devices): all-reduce, all-gather, reduce-scatter,
   all-to-all and collective-permute at several sizes, over groups of 2, 4, ... devices
   (every group at once, as the axes of a mesh run), each timed where a step runs it:
@@ -46,7 +48,6 @@ import datetime as _dt
 import math
 import os
 import re
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -115,10 +116,11 @@ def calibrate(
         f"x + 1 over {_sizes(hbm_sizes)} per device (read + write), slope of time against bytes"
     )
     transpose, t_sizes = measure_transpose_bandwidth(mesh, quick=quick, dispatch=dispatch)
-    sources["transpose_bandwidth"] = measured(
-        f"(x * 0.5 + 1).T over {_sizes(t_sizes)} per device (read + write), median, "
-        "dispatch subtracted"
-    )
+    for size in t_sizes:
+        sources[f"transpose_bandwidth.{size}"] = measured(
+            f"(x * 0.5 + 1).T on {_sizes([size])} per device (read + write), fastest run, "
+            "dispatch subtracted"
+        )
     memory, memory_how = _memory_capacity(devices)
     sources["memory_bytes"] = f"{memory_how} on {where}"
 
@@ -263,19 +265,30 @@ def measure_memory_bandwidth(mesh, *, quick=False, rounds=None) -> tuple[float, 
     return 1.0 / fit_slope([2 * b for b in sizes], times), sizes
 
 
-def measure_transpose_bandwidth(mesh, *, quick=False, dispatch=0.0) -> tuple[float, list[int]]:
+def measure_transpose_bandwidth(
+    mesh, *, quick=False, dispatch=0.0, rounds=None
+) -> tuple[tuple[tuple[float, float], ...], list[int]]:
     """Per-device bytes/s of a transposing copy as compilers emit one, fused into the op
-    that makes the value (``(x * 0.5 + 1).T`` on square float32 arrays): bytes read and
-    written / (time - ``dispatch``, the fixed cost of running a program), the median over
-    sizes (transposes slow down sharply once they leave the caches)."""
-    sides = [128, 256] if quick else [256, 512, 1024]
+    that makes the value (``(x * 0.5 + 1).T`` on square float32 arrays), at several sizes:
+    ``((array bytes, bytes/s), ...)`` with bytes read and written / (time - ``dispatch``,
+    the fixed cost of running a program), each size the fastest over ``rounds``
+    interleaved passes. Transposes slow down as they leave the caches (several-fold from
+    64 KiB to 16 MiB on a CPU), so the simulator prices each copy at its own size."""
+    sides = [128, 256] if quick else [128, 256, 512, 1024, 2048]
+    rounds = rounds or (1 if quick else 2)
     fn = _per_device(mesh, lambda v: (v * 0.5 + 1.0).T)
-    rates = []
-    for m in sides:
-        x = _filled(mesh, (m, m), jnp.float32)
-        t = fastest_time(fn, x, repeats=5 if quick else 9)
-        rates.append(2 * 4 * m * m / max(t - dispatch, t / 2))
-    return statistics.median(rates), [4 * m * m for m in sides]
+    inputs = [_filled(mesh, (m, m), jnp.float32) for m in sides]
+    times = [math.inf] * len(sides)
+    for _ in range(rounds):
+        for i, x in enumerate(inputs):
+            times[i] = min(times[i], fastest_time(fn, x, repeats=3 if quick else 5))
+    sizes = [4 * m * m for m in sides]
+    rates = [2 * b / max(t - dispatch, t / 2) for b, t in zip(sizes, times)]
+    # a smaller array transposes no slower than a larger one (it fits the same caches or
+    # better): where the host's noise says otherwise, the smaller keeps the larger's rate
+    for i in reversed(range(len(rates) - 1)):
+        rates[i] = max(rates[i], rates[i + 1])
+    return tuple(zip(map(float, sizes), rates)), sizes
 
 
 _TRIVIAL_HLO = frozenset(

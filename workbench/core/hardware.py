@@ -11,7 +11,8 @@ Every figure of a preset names its source in ``sources``, quoted as written ther
 dispatch, synchronisation between kernels: a few microseconds on GPUs and CPUs), which
 dominates programs of many tiny ops; ``transpose_bandwidth`` is what a layout-changing
 copy (a transpose of the minor dimension) achieves, which on CPUs can be several times
-below streaming bandwidth; a `Link` may carry measured figures per collective kind
+below streaming bandwidth and falls as the array outgrows the caches (so it may be given
+as measured ``(array bytes, bytes/s)`` points, interpolated by `copy_bandwidth`); a `Link` may carry measured figures per collective kind
 (``kinds``) where one (bandwidth, latency) pair does not describe every algorithm the
 runtime uses. Presets leave these at their neutral values (0; the HBM bandwidth; the
 link's own figures): no vendor publishes them as such.
@@ -71,9 +72,11 @@ conservative there.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import numbers
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -172,7 +175,9 @@ class Hardware:
     axis_links: tuple[tuple[str, str], ...] = ()  # explicit (mesh axis, link name) choices
     notes: str = ""
     op_overhead: float = 0.0  # seconds each kernel costs beyond its roofline (launch, dispatch)
-    transpose_bandwidth: float | None = None  # bytes/s of a transposing copy; None: hbm_bandwidth
+    # bytes/s of a transposing copy, or ((array bytes, bytes/s), ...) measured at several
+    # sizes (see `copy_bandwidth`); None: hbm_bandwidth
+    transpose_bandwidth: float | tuple[tuple[float, float], ...] | None = None
     # the runtime combines independent all-reduces into one of up to this many bytes
     all_reduce_combine_bytes: float = XLA_COMBINE_BYTES
 
@@ -219,11 +224,7 @@ class Hardware:
                 f"{self.all_reduce_combine_bytes!r}; it must be a positive number of bytes "
                 f"(XLA's default is {XLA_COMBINE_BYTES})."
             )
-        if self.transpose_bandwidth is not None and not _positive(self.transpose_bandwidth):
-            raise HardwareError(
-                f"hardware {self.name!r} has transpose_bandwidth={self.transpose_bandwidth!r}; "
-                "it must be a positive number of bytes/s, or None for the HBM bandwidth."
-            )
+        object.__setattr__(self, "transpose_bandwidth", _rate_curve(self))
 
     def __hash__(self):
         return hash(
@@ -238,11 +239,26 @@ class Hardware:
             )
         )
 
-    @property
-    def copy_bandwidth(self) -> float:
-        """Bytes/s of a transposing (layout-changing) copy: ``transpose_bandwidth`` if
-        measured, else the HBM bandwidth."""
-        return self.transpose_bandwidth or self.hbm_bandwidth
+    def copy_bandwidth(self, nbytes: float | None = None) -> float:
+        """Bytes/s of a transposing (layout-changing) copy of an array of ``nbytes``:
+        ``transpose_bandwidth`` (between measured sizes interpolated on log-log axes, beyond
+        them the nearest; without a size their median), else the HBM bandwidth."""
+        curve = self.transpose_bandwidth
+        if curve is None:
+            return self.hbm_bandwidth
+        if isinstance(curve, float):
+            return curve
+        if nbytes is None:
+            return statistics.median(rate for _, rate in curve)
+        sizes = [size for size, _ in curve]
+        i = bisect.bisect_left(sizes, nbytes)
+        if i == 0:
+            return curve[0][1]
+        if i == len(curve):
+            return curve[-1][1]
+        (s0, r0), (s1, r1) = curve[i - 1], curve[i]
+        w = math.log(nbytes / s0) / math.log(s1 / s0)
+        return math.exp(math.log(r0) + w * math.log(r1 / r0))
 
     def __str__(self):
         peak = ", ".join(f"{k} {v:.3g}" for k, v in self.flops.items())
@@ -267,8 +283,11 @@ class Hardware:
         out["devices_per_node"] = self.devices_per_node
         if self.op_overhead:  # listed only when set: presets leave it at 0
             out["op_overhead"] = self.op_overhead
-        if self.transpose_bandwidth is not None:
+        if isinstance(self.transpose_bandwidth, float):
             out["transpose_bandwidth"] = self.transpose_bandwidth
+        elif self.transpose_bandwidth is not None:
+            for size, rate in self.transpose_bandwidth:
+                out[f"transpose_bandwidth.{size:.0f}"] = rate
         out["all_reduce_combine_bytes"] = self.all_reduce_combine_bytes
         return out
 
@@ -373,6 +392,32 @@ def _fallback_chain(name: str) -> list[str]:
         if c not in chain:
             chain.append(c)
     return chain
+
+
+def _rate_curve(hw: Hardware) -> float | tuple[tuple[float, float], ...] | None:
+    """``hw.transpose_bandwidth`` checked: None, a float, or (bytes, bytes/s) points sorted
+    by size."""
+    given = hw.transpose_bandwidth
+    if given is None:
+        return None
+    if _positive(given):
+        return float(given)
+    try:
+        points = tuple(sorted((float(size), float(rate)) for size, rate in given))
+    except (TypeError, ValueError):
+        points = ()
+    sizes = [size for size, _ in points]
+    if (
+        points
+        and len(set(sizes)) == len(sizes)
+        and all(map(_positive, sizes + [r for _, r in points]))
+    ):
+        return points
+    raise HardwareError(
+        f"hardware {hw.name!r} has transpose_bandwidth={given!r}; give a positive number of "
+        "bytes/s, measured points ((array bytes, bytes/s), ...) with distinct positive sizes, "
+        "or None for the HBM bandwidth."
+    )
 
 
 def _finite_nonneg(x) -> bool:

@@ -9,12 +9,12 @@
   ``hardware.op_overhead`` on top of its roofline, and so does each local step of a
   redistribution (a slice or mask, priced like a copy of what it keeps) and each
   transposed copy of a matmul or convolution operand in the wrong order (the copies the
-  memory model holds; read and written at ``hardware.copy_bandwidth``);
+  memory model holds; read and written at ``hardware.copy_bandwidth`` of their size);
 - communication: per collective of the plan, ``hardware.collective_time`` times its count
   (the gradient all-reduces a runtime combines run as one: see ``buckets``), plus the
   copies the runtime makes around it (``layout_copies``): a gather or scatter
   along a dimension that is not the leading one runs on a transposed copy (input and
-  output, at ``hardware.copy_bandwidth``);
+  output, at ``hardware.copy_bandwidth`` of the collective's size);
 - step time under an overlap policy: "none" (compute + communication), "full"
   (the larger of the two) or a fraction of communication hidden behind compute;
 - peak memory per device from liveness over a schedule: every layout a value is held in
@@ -450,8 +450,8 @@ class _Simulator:
             if o is None:
                 continue
             for k in ks:
-                nbytes = 2 * o.operands[k].local_nbytes(mesh)
-                seconds += o.repeats * (nbytes / hw.copy_bandwidth + hw.op_overhead)
+                size = o.operands[k].local_nbytes(mesh)
+                seconds += o.repeats * (2 * size / hw.copy_bandwidth(size) + hw.op_overhead)
                 kernels += o.repeats
         return seconds, kernels
 
@@ -500,7 +500,7 @@ class _Simulator:
         out = []
         for c, t in zip(collectives, seconds):
             nbytes, kernels = layout_copies(c, mesh)
-            copy = nbytes / hw.copy_bandwidth + kernels * hw.op_overhead
+            copy = nbytes / hw.copy_bandwidth(c.bytes) + kernels * hw.op_overhead
             out.append(CollectiveEstimate(c, t + copy, copy))
         return out
 
