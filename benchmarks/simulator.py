@@ -155,13 +155,10 @@ def main():
         "  op overhead {:.1f} us, transpose {} B/s, per-kind links: {}".format(
             hardware.op_overhead * 1e6,
             ", ".join(
-                f"{format_bytes(size)} {rate:.2g}"
-                for size, rate in (
-                    hardware.transpose_bandwidth
-                    if isinstance(hardware.transpose_bandwidth, tuple)
-                    else [(0, hardware.copy_bandwidth())]
-                )
-            ),
+                f"{format_bytes(size)} {rate:.2g}" for size, rate in hardware.transpose_bandwidth
+            )
+            if isinstance(hardware.transpose_bandwidth, tuple)
+            else f"{hardware.copy_bandwidth():.2g}",
             ", ".join(
                 f"{k} {figures[f'links.{hardware.links[0].name}.{k}.bandwidth']:.2g} B/s"
                 for k, *_ in hardware.links[0].kinds

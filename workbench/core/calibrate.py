@@ -20,9 +20,8 @@ quarter of a core):
 - **transpose bandwidth**: a transposing write as compilers emit one, fused into the op
   that makes the value (``(x * 0.5 + 1).T`` on square arrays), at sizes from 64 KiB to
   16 MiB per device (two in quick mode), kept as a curve: a transpose slows down as its
-  array leaves the caches, and the simulator prices the transposes of a step (the layout
-  copies a matmul operand in the wrong order or a collective along a non-leading
-  dimension needs, and transposes of the minor dimension) each at its own size.
+  array leaves the caches, and the simulator prices each layout copy of a step (a matmul
+  operand in the wrong order, a collective along a non-leading dimension) at its own size.
 - **collectives** (two or more devices): all-reduce, all-gather, reduce-scatter,
   all-to-all and collective-permute at several sizes, over groups of 2, 4, ... devices
   (every group at once, as the axes of a mesh run), each timed where a step runs it:
@@ -202,6 +201,17 @@ def fastest_time(fn, *args, repeats: int = 5, warmup: int = 1) -> float:
     return best
 
 
+def fastest_interleaved(fn, inputs: Sequence, *, rounds: int, repeats: int) -> list[float]:
+    """Per input, the fastest seconds of ``fn(input)`` over ``rounds`` passes through all
+    the inputs in turn (``repeats`` timed runs each): a change in the host's load then hits
+    every input alike instead of skewing a fit through them."""
+    times = [math.inf] * len(inputs)
+    for _ in range(rounds):
+        for i, x in enumerate(inputs):
+            times[i] = min(times[i], fastest_time(fn, x, repeats=repeats))
+    return times
+
+
 def _filled(mesh, shape, dtype, value=1.0):
     """An array of ``shape`` per device, made on the devices (no host transfer)."""
     n = mesh.devices.size
@@ -258,10 +268,7 @@ def measure_memory_bandwidth(mesh, *, quick=False, rounds=None) -> tuple[float, 
     rounds = rounds or (1 if quick else 3)
     fn = _per_device(mesh, lambda v: v + 1.0)
     inputs = [_filled(mesh, (nbytes // 4,), jnp.float32) for nbytes in sizes]
-    times = [math.inf] * len(sizes)
-    for _ in range(rounds):
-        for i, x in enumerate(inputs):
-            times[i] = min(times[i], fastest_time(fn, x, repeats=5))
+    times = fastest_interleaved(fn, inputs, rounds=rounds, repeats=5)
     return 1.0 / fit_slope([2 * b for b in sizes], times), sizes
 
 
@@ -278,10 +285,7 @@ def measure_transpose_bandwidth(
     rounds = rounds or (1 if quick else 2)
     fn = _per_device(mesh, lambda v: (v * 0.5 + 1.0).T)
     inputs = [_filled(mesh, (m, m), jnp.float32) for m in sides]
-    times = [math.inf] * len(sides)
-    for _ in range(rounds):
-        for i, x in enumerate(inputs):
-            times[i] = min(times[i], fastest_time(fn, x, repeats=3 if quick else 5))
+    times = fastest_interleaved(fn, inputs, rounds=rounds, repeats=3 if quick else 5)
     sizes = [4 * m * m for m in sides]
     rates = [2 * b / max(t - dispatch, t / 2) for b, t in zip(sizes, times)]
     # a smaller array transposes no slower than a larger one (it fits the same caches or

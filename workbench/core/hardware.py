@@ -12,9 +12,9 @@ dispatch, synchronisation between kernels: a few microseconds on GPUs and CPUs),
 dominates programs of many tiny ops; ``transpose_bandwidth`` is what a layout-changing
 copy (a transpose of the minor dimension) achieves, which on CPUs can be several times
 below streaming bandwidth and falls as the array outgrows the caches (so it may be given
-as measured ``(array bytes, bytes/s)`` points, interpolated by `copy_bandwidth`); a `Link` may carry measured figures per collective kind
-(``kinds``) where one (bandwidth, latency) pair does not describe every algorithm the
-runtime uses. Presets leave these at their neutral values (0; the HBM bandwidth; the
+as measured ``(array bytes, bytes/s)`` points, interpolated by `copy_bandwidth`); a
+`Link` may carry measured figures per collective kind (``kinds``) where one (bandwidth,
+latency) pair does not describe every algorithm the runtime uses. Presets leave these at their neutral values (0; the HBM bandwidth; the
 link's own figures): no vendor publishes them as such.
 
 **Combined all-reduces.** ``all_reduce_combine_bytes`` is the most a runtime packs into
