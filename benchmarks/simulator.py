@@ -145,6 +145,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick-calibration", action="store_true")
     args = parser.parse_args()
+    if args.rounds < 2:  # the measurement is ranked against itself over alternate rounds
+        parser.error(f"--rounds {args.rounds}: give at least 2 (odd rounds against even ones)")
     devices = jax.devices()
     mesh = mesh_for(devices)
     t0 = time.perf_counter()
