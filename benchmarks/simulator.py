@@ -1,9 +1,11 @@
 """Simulator fidelity: predicted against measured step time, per model and strategy.
 
-First ``calibrate()`` measures the attached devices (matmul rate, kernel overhead, memory
-and transpose bandwidth, every collective kind); then, for each model, every strategy is
-estimated on that spec and run on the devices with the explicit lowering (outputs checked
-against the unpartitioned program). Strategies of one model are timed in interleaved
+First ``calibrate()`` measures the attached devices (matmul rate, kernel overhead, memory,
+transpose and first-touch bandwidth, every collective kind); then, for each model, every
+strategy is estimated on that spec and run on the devices with the explicit lowering, as
+a training loop runs it: the inputs an output replaces are donated and the next step
+reads that output (as the simulator's memory assumes; the first step's outputs are
+checked against the unpartitioned program). Strategies of one model are timed in interleaved
 rounds, so a change in the machine's load hits them alike; a measured step is the median
 over rounds of the median of ``--repeats`` runs; its fastest run is shown beside it (the
 host's other load only adds time, so the fastest run is the step on the devices alone).
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import _common
 import jax
+import numpy as np
 from jax.sharding import NamedSharding
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -35,8 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import workbench as wb
 from tests.core.lowering.strategies import MP_FOR
 from workbench.core.calibrate import calibrate
-from workbench.core.lowering.explicit import spec
+from workbench.core.lowering.explicit import lower_explicit, spec
 from workbench.core.run import compare, example_inputs, reference_outputs
+from workbench.core.simulator import donations
 from workbench.core.strategies import BP, Z3
 from workbench.core.units import format_bytes
 from workbench.models import build, lm
@@ -92,19 +96,33 @@ def spearman(a, b) -> float:
 
 
 def compiled_step(session):
-    """The explicit lowering compiled on the attached devices, its placed inputs, and
-    whether its outputs match the unpartitioned program's."""
+    """One training step of the explicit lowering on the attached devices, as a training
+    loop runs it (and as the simulator's memory assumes): the inputs an output replaces
+    (``donations``) are donated and the next step reads that output in their place.
+    Returns the step (a function of nothing) and whether the first step's outputs match
+    the unpartitioned program's."""
     program, state = session.program, session.state
     flat = example_inputs(program)
-    fn, jmesh = session.lower("explicit")
-    placed = [
-        jax.device_put(a, NamedSharding(jmesh, spec(state.shardings[v])))
+    carried = donations(program, state)  # output value -> the input it replaces
+    fn, jmesh = lower_explicit(
+        program, session.mesh, state, session.plan(), donate=sorted(carried.values())
+    )
+    args = [  # copies: the step donates them, and ``flat`` is a cached example
+        jax.device_put(np.array(a), NamedSharding(jmesh, spec(state.shardings[v])))
         for a, v in zip(flat, program.inputs)
     ]
-    compiled = fn.lower(*placed).compile()
-    outputs = jax.block_until_ready(compiled(*placed))  # warm-up
-    _, rel, ok = compare(outputs, reference_outputs(program, flat, cache_key="example"))
-    return compiled, placed, ok, rel
+    compiled = fn.lower(*args).compile()
+    feed = [(j, carried[v]) for j, v in enumerate(program.outputs) if v in carried]
+
+    def step():
+        outputs = compiled(*args)
+        for j, i in feed:
+            args[i] = outputs[j]
+        return outputs
+
+    expected = reference_outputs(program, flat, cache_key="example")  # before donation
+    _, rel, ok = compare(jax.block_until_ready(step()), expected)  # also the warm-up
+    return step, ok, rel
 
 
 def measure_model(name: str, size: str, mesh: wb.Mesh, hardware, rounds: int, repeats: int):
@@ -115,8 +133,8 @@ def measure_model(name: str, size: str, mesh: wb.Mesh, hardware, rounds: int, re
     for strategy, schedule in strategies(name).items():
         s = wb.Session(program, mesh, schedule)
         e = s.estimate(hardware)
-        compiled, placed, ok, rel = compiled_step(s)
-        rows.append(dict(strategy=strategy, estimate=e, fn=compiled, args=placed, ok=ok, rel=rel))
+        step, ok, rel = compiled_step(s)
+        rows.append(dict(strategy=strategy, estimate=e, step=step, ok=ok, rel=rel))
     times = {r["strategy"]: [] for r in rows}
     fastest = {r["strategy"]: float("inf") for r in rows}
     for _ in range(rounds):  # interleaved: drifting load hits every strategy alike
@@ -124,7 +142,7 @@ def measure_model(name: str, size: str, mesh: wb.Mesh, hardware, rounds: int, re
             runs = []
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                jax.block_until_ready(r["fn"](*r["args"]))
+                jax.block_until_ready(r["step"]())
                 runs.append(time.perf_counter() - t0)
             times[r["strategy"]].append(statistics.median(runs))
             fastest[r["strategy"]] = min(fastest[r["strategy"]], *runs)
@@ -134,7 +152,7 @@ def measure_model(name: str, size: str, mesh: wb.Mesh, hardware, rounds: int, re
         # the measurement against itself: medians of alternate rounds
         r["halves"] = [statistics.median(times[r["strategy"]][k::2]) for k in (0, 1)]
         r["spread"] = (max(times[r["strategy"]]) - min(times[r["strategy"]])) / r["measured"]
-        del r["fn"], r["args"]
+        del r["step"]
     return rows
 
 
@@ -154,8 +172,10 @@ def main():
     print(f"calibrated in {time.perf_counter() - t0:.1f} s: {hardware}", flush=True)
     figures = hardware.figures()
     print(
-        "  op overhead {:.1f} us, transpose {} B/s, per-kind links: {}".format(
+        "  op overhead {:.1f} us, first touch {} above {}, transpose {} B/s, per-kind links: {}".format(
             hardware.op_overhead * 1e6,
+            f"{hardware.first_touch_bandwidth or 0:.2g} B/s",
+            format_bytes(hardware.fresh_buffer_bytes or 0),
             ", ".join(
                 f"{format_bytes(size)} {rate:.2g}" for size, rate in hardware.transpose_bandwidth
             )
@@ -199,6 +219,7 @@ def main():
                     f"{e.step_s * 1e3:.2f}",
                     f"{e.compute_s * 1e3:.2f}",
                     f"{e.communication_s * 1e3:.2f}",
+                    f"{e.fresh_memory_s * 1e3:.2f}",
                     e.kernels,
                     f"{r['measured'] * 1e3:.2f}",
                     f"{r['fastest'] * 1e3:.2f}",
@@ -226,6 +247,7 @@ def main():
                 "predicted ms",
                 "compute ms",
                 "comm ms",
+                "fresh ms",
                 "kernels",
                 "measured ms",
                 "fastest ms",

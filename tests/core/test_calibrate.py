@@ -1,6 +1,7 @@
 """Calibration on the 8 virtual CPU devices, in quick mode, and the link fit in closed form."""
 
 import math
+import platform
 import statistics
 
 import jax
@@ -48,6 +49,32 @@ def test_transposes_are_measured_per_size(measured):
         assert "(x * 0.5 + 1).T" in measured.sources[f"transpose_bandwidth.{size:.0f}"]
     assert curve[0][1] >= curve[1][1]  # no slower for a smaller array
     assert measured.copy_bandwidth(1 << 30) == curve[-1][1]
+
+
+def test_fresh_memory_is_measured_where_glibc_maps_it(measured):
+    threshold, _ = cal.fresh_buffer_threshold()
+    assert measured.fresh_buffer_bytes == threshold
+    if threshold is None:
+        assert measured.first_touch_bandwidth is None
+        pytest.skip(f"this host's C library is not glibc: {platform.libc_ver()}")
+    assert threshold == 32 << 20  # glibc's cap on its mmap threshold, 64-bit
+    assert "mallopt" in measured.sources["fresh_buffer_bytes"]
+    assert 1e6 < measured.first_touch_bandwidth < 1e12
+    assert "malloc + memset" in measured.sources["first_touch_bandwidth"]
+
+
+def test_fresh_buffer_threshold_follows_the_environment(monkeypatch):
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip(f"this host's C library is not glibc: {platform.libc_ver()}")
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.delenv("MALLOC_MMAP_MAX_", raising=False)
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=1048576")
+    assert cal.fresh_buffer_threshold()[0] == 1 << 20
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=1:glibc.malloc.mmap_max=0")
+    assert cal.fresh_buffer_threshold()[0] is None  # malloc maps nothing
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "0x10000")
+    assert cal.fresh_buffer_threshold()[0] == 1 << 16
 
 
 def test_calibrated_spec_prices_collectives(measured):

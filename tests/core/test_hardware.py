@@ -126,6 +126,27 @@ def test_transpose_bandwidth_as_measured_points():
             dataclasses.replace(flat, transpose_bandwidth=bad)
 
 
+def test_fresh_memory_is_priced_above_the_threshold():
+    mib = 1 << 20
+    flat = spec()
+    assert flat.fresh_memory_time([64 * mib]) == 0.0  # presets: the runtime reuses memory
+    fresh = dataclasses.replace(flat, fresh_buffer_bytes=32 * mib, first_touch_bandwidth=1e9)
+    # only the buffers above the threshold are mapped fresh each step
+    assert fresh.fresh_memory_time([10 * mib, 32 * mib, 40 * mib, 33 * mib]) == pytest.approx(
+        73 * mib / 1e9
+    )
+    assert fresh.fresh_memory_time([]) == 0.0
+    unmeasured = dataclasses.replace(fresh, first_touch_bandwidth=None)
+    assert unmeasured.fresh_memory_time([64 * mib]) == 0.0
+    assert fresh.figures()["fresh_buffer_bytes"] == 32 * mib
+    assert "first_touch_bandwidth" not in unmeasured.figures()
+    assert hash(fresh) != hash(unmeasured)
+    for what in ("fresh_buffer_bytes", "first_touch_bandwidth"):
+        for bad in (0, -1.0, "big", math.inf):
+            with pytest.raises(HardwareError, match=what):
+                dataclasses.replace(fresh, **{what: bad})
+
+
 def test_specs_are_frozen_and_hashable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         H100.name = "x"

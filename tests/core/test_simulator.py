@@ -104,6 +104,35 @@ def test_transposed_operand_copies_are_priced_at_their_own_size():
     assert extra == pytest.approx(2 * (size / 4) * (1 / 1e9 - 1 / 1e9), abs=1e-12)
 
 
+def test_fresh_per_step_buffers_pay_their_first_touch():
+    # a runtime that maps big buffers fresh each step (XLA's CPU runtime under glibc) pays
+    # to touch the temporaries (one buffer) and each output it does not write in place
+    def f(x):
+        return (jnp.tanh(x) * 2.0) @ x
+
+    s = wb.Session(wb.capture(f, jnp.ones((256, 256))), wb.Mesh({"batch": 4}))
+    base = s.estimate(hw.H100)
+    temporaries, output = base.memory.temporaries, 256 * 256 * 4
+    assert temporaries >= output  # tanh(x) * 2 is held for the matmul
+    assert base.fresh_memory_s == 0.0
+
+    def fresh_above(threshold):
+        spec = replace(hw.H100, fresh_buffer_bytes=threshold, first_touch_bandwidth=1e9)
+        return s.estimate(spec)
+
+    both = fresh_above(1.0)
+    assert both.fresh_memory_s == pytest.approx((temporaries + output) / 1e9)
+    assert both.compute_s - base.compute_s == pytest.approx(both.fresh_memory_s)
+    assert both.step_s - base.step_s == pytest.approx(both.fresh_memory_s)
+    assert fresh_above(max(temporaries, output)).fresh_memory_s == 0.0
+    # a training step writes its updated parameters and optimizer state over the inputs
+    # they replace (donation): of its outputs only the loss is allocated
+    step = wb.Session(program("lm"), MESH, [wb.BP("batch")])
+    spec = replace(hw.H100, fresh_buffer_bytes=1.0, first_touch_bandwidth=1e9)
+    e = step.estimate(spec)
+    assert e.fresh_memory_s == pytest.approx((e.memory.temporaries + 4) / 1e9)
+
+
 def test_overlap_policies():
     s = wb.Session(program("lm"), MESH, [wb.BP("batch"), wb.MP("model")])
     none, full, half = (s.estimate(hw.H100, overlap=o) for o in ("none", "full", 0.5))

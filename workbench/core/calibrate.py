@@ -22,6 +22,11 @@ quarter of a core):
   16 MiB per device (two in quick mode), kept as a curve: a transpose slows down as its
   array leaves the caches, and the simulator prices each layout copy of a step (a matmul
   operand in the wrong order, a collective along a non-leading dimension) at its own size.
+- **fresh memory** (CPU devices under glibc): XLA's CPU runtime allocates each run's
+  temporaries and outputs with ``malloc``, which maps blocks above glibc's threshold
+  (``fresh_buffer_threshold``) fresh each time; ``first_touch_bandwidth`` is the rate at
+  which one thread per device, all at once, writes such a block less the rate it writes
+  memory already touched (the page faults and zeroing).
 - **collectives** (two or more devices): all-reduce, all-gather, reduce-scatter,
   all-to-all and collective-permute at several sizes, over groups of 2, 4, ... devices
   (every group at once, as the axes of a mesh run), each timed where a step runs it:
@@ -43,12 +48,16 @@ to predict accelerators.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import datetime as _dt
 import math
 import os
+import platform
 import re
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import jax
@@ -122,6 +131,17 @@ def calibrate(
         )
     memory, memory_how = _memory_capacity(devices)
     sources["memory_bytes"] = f"{memory_how} on {where}"
+    on_cpu = platform == "cpu"
+    fresh, fresh_how = fresh_buffer_threshold() if on_cpu else (None, "")
+    touch = None
+    if fresh is not None:
+        block = int(fresh * 1.25)
+        touch = measure_first_touch_bandwidth(n, block, quick=quick)
+        sources["fresh_buffer_bytes"] = fresh_how
+        sources["first_touch_bandwidth"] = measured(
+            f"malloc + memset of {_sizes([block])} (then free) on {n} threads at once, one "
+            "per device, less memset of memory already touched; fastest of several"
+        )
 
     link_name = "host" if platform == "cpu" else "interconnect"
     per_kind = ()
@@ -159,7 +179,6 @@ def calibrate(
         sources[f"links.{link_name}.bandwidth"] = note
         sources[f"links.{link_name}.latency"] = note
     sources["devices_per_node"] = f"all {n} calibrated devices, joined by one measured link"
-    on_cpu = platform == "cpu"
     sources["all_reduce_combine_bytes"] = (
         hw.CPU.sources["all_reduce_combine_bytes"]
         if on_cpu
@@ -178,6 +197,8 @@ def calibrate(
         op_overhead=overhead,
         transpose_bandwidth=transpose,
         all_reduce_combine_bytes=hw.XLA_CPU_COMBINE_BYTES if on_cpu else hw.XLA_COMBINE_BYTES,
+        fresh_buffer_bytes=fresh,
+        first_touch_bandwidth=touch,
     )
 
 
@@ -293,6 +314,72 @@ def measure_transpose_bandwidth(
     for i in reversed(range(len(rates) - 1)):
         rates[i] = max(rates[i], rates[i + 1])
     return tuple(zip(map(float, sizes), rates)), sizes
+
+
+#: glibc's largest mmap threshold on 64-bit Linux: a block above it is always mapped fresh
+#: (mallopt(3), M_MMAP_THRESHOLD: "DEFAULT_MMAP_THRESHOLD_MAX: ... 4*1024*1024*sizeof(long)
+#: on 64-bit systems"; below it, glibc raises the threshold to the largest block freed).
+GLIBC_MMAP_THRESHOLD_MAX = 4 * 1024 * 1024 * 8
+
+
+def fresh_buffer_threshold() -> tuple[float | None, str]:
+    """Bytes above which this process's ``malloc`` maps a block fresh on every call (see
+    `Hardware.fresh_buffer_bytes`), and where that comes from; None where it is not known
+    (a C library other than glibc) or never happens (``mmap_max`` set to 0)."""
+    libc, version = platform.libc_ver()
+    if libc != "glibc":
+        return None, f"not modelled: the C library is {libc or 'unknown'}, not glibc"
+    tunables = dict(
+        kv.split("=", 1) for kv in os.environ.get("GLIBC_TUNABLES", "").split(":") if "=" in kv
+    )
+    if "0" in (tunables.get("glibc.malloc.mmap_max"), os.environ.get("MALLOC_MMAP_MAX_")):
+        return None, "malloc maps no blocks (mmap_max set to 0)"
+    given = tunables.get("glibc.malloc.mmap_threshold") or os.environ.get("MALLOC_MMAP_THRESHOLD_")
+    try:
+        return float(int(given, 0)), f"mmap_threshold set to {given} in the environment"
+    except (TypeError, ValueError):
+        pass
+    return float(GLIBC_MMAP_THRESHOLD_MAX), (
+        f'glibc {version}: mallopt(3), M_MMAP_THRESHOLD: "DEFAULT_MMAP_THRESHOLD_MAX: '
+        "... 4*1024*1024*sizeof(long) on 64-bit systems\" (XLA's CPU runtime mallocs each "
+        "run's temporaries and outputs)"
+    )
+
+
+def measure_first_touch_bandwidth(threads: int, nbytes: int, *, quick=False) -> float:
+    """Per-device bytes/s of first touching fresh memory: ``threads`` threads at once (one
+    per device, as in a step) each ``malloc`` a block of ``nbytes`` (above the threshold, so
+    freshly mapped), write it and free it; the time less that of writing a block already
+    touched, each the fastest of several rounds."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.restype, libc.free.argtypes = None, [ctypes.c_void_p]
+    kept = [libc.malloc(nbytes) for _ in range(threads)]
+    if not all(kept):
+        raise MemoryError(f"could not allocate {threads} blocks of {nbytes} bytes")
+
+    def fresh(_):
+        block = libc.malloc(nbytes)
+        if block:  # ctypes releases the GIL around each call
+            ctypes.memset(block, 1, nbytes)
+            libc.free(block)
+
+    def reuse(i):
+        ctypes.memset(kept[i], 1, nbytes)
+
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(reuse, range(threads)))  # touch the kept blocks once
+            best = {fresh: math.inf, reuse: math.inf}
+            for _ in range(2 if quick else 5):
+                for fn in best:
+                    start = time.perf_counter()
+                    list(pool.map(fn, range(threads)))
+                    best[fn] = min(best[fn], time.perf_counter() - start)
+    finally:
+        for block in kept:
+            libc.free(block)
+    return nbytes / max(best[fresh] - best[reuse], best[fresh] / 100)
 
 
 _TRIVIAL_HLO = frozenset(

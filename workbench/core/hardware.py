@@ -17,6 +17,15 @@ as measured ``(array bytes, bytes/s)`` points, interpolated by `copy_bandwidth`)
 latency) pair does not describe every algorithm the runtime uses. Presets leave these at their neutral values (0; the HBM bandwidth; the
 link's own figures): no vendor publishes them as such.
 
+**Fresh memory.** A runtime that allocates a step's buffers from the operating system
+pays to touch them the first time (page faults, zeroing). XLA's CPU runtime allocates
+each run's temporary buffer and its outputs with ``malloc``, and glibc maps any block
+above its largest mmap threshold (32 MiB on 64-bit Linux) fresh each time; below it,
+freed memory is reused. ``fresh_buffer_bytes`` is that threshold (None: the runtime
+reuses its memory, as accelerator runtimes' pooling allocators do) and
+``first_touch_bandwidth`` the bytes/s at which a device touches fresh memory (None: free);
+`fresh_memory_time` prices a step's buffers with them.
+
 **Combined all-reduces.** ``all_reduce_combine_bytes`` is the most a runtime packs into
 one combined all-reduce (XLA's all-reduce combiner: 30 MiB by default, unbounded on CPU
 up to 256 operands); the simulator prices a bucket as one all-reduce (one latency) and its
@@ -180,6 +189,9 @@ class Hardware:
     transpose_bandwidth: float | tuple[tuple[float, float], ...] | None = None
     # the runtime combines independent all-reduces into one of up to this many bytes
     all_reduce_combine_bytes: float = XLA_COMBINE_BYTES
+    # a per-step buffer above this many bytes is fresh memory each step (None: reused)
+    fresh_buffer_bytes: float | None = None
+    first_touch_bandwidth: float | None = None  # bytes/s of touching fresh memory (None: free)
 
     def __post_init__(self):
         flops = {dtype_name(k): v for k, v in dict(self.flops).items()}
@@ -225,6 +237,13 @@ class Hardware:
                 f"(XLA's default is {XLA_COMBINE_BYTES})."
             )
         object.__setattr__(self, "transpose_bandwidth", _rate_curve(self))
+        for what in ("fresh_buffer_bytes", "first_touch_bandwidth"):
+            value = getattr(self, what)
+            if value is not None and not _positive(value):
+                raise HardwareError(
+                    f"hardware {self.name!r} has {what}={value!r}; give a positive number of "
+                    "bytes (per second), or None where the runtime reuses its memory."
+                )
 
     def __hash__(self):
         return hash(
@@ -236,8 +255,19 @@ class Hardware:
                 self.op_overhead,
                 self.transpose_bandwidth,
                 self.all_reduce_combine_bytes,
+                self.fresh_buffer_bytes,
+                self.first_touch_bandwidth,
             )
         )
+
+    def fresh_memory_time(self, buffers: Iterable[float]) -> float:
+        """Seconds per step to first touch those of ``buffers`` (bytes each, allocated every
+        step) that the runtime takes fresh from the operating system: each one above
+        ``fresh_buffer_bytes``, at ``first_touch_bandwidth`` (0 where either is None)."""
+        threshold, rate = self.fresh_buffer_bytes, self.first_touch_bandwidth
+        if threshold is None or rate is None:
+            return 0.0
+        return sum(b for b in buffers if b > threshold) / rate
 
     def copy_bandwidth(self, nbytes: float | None = None) -> float:
         """Bytes/s of a transposing (layout-changing) copy of an array of ``nbytes``:
@@ -289,6 +319,9 @@ class Hardware:
             for size, rate in self.transpose_bandwidth:
                 out[f"transpose_bandwidth.{size:.0f}"] = rate
         out["all_reduce_combine_bytes"] = self.all_reduce_combine_bytes
+        for what in ("fresh_buffer_bytes", "first_touch_bandwidth"):
+            if getattr(self, what) is not None:
+                out[what] = getattr(self, what)
         return out
 
     def peak_flops(self, dtype=None) -> float:

@@ -9,7 +9,10 @@
   ``hardware.op_overhead`` on top of its roofline, and so does each local step of a
   redistribution (a slice or mask, priced like a copy of what it keeps) and each
   transposed copy of a matmul or convolution operand in the wrong order (the copies the
-  memory model holds; read and written at ``hardware.copy_bandwidth`` of their size);
+  memory model holds; read and written at ``hardware.copy_bandwidth`` of their size),
+  plus the first touch of the buffers a runtime allocates fresh each step (the
+  temporaries, as one buffer, and each output not written over a donated input:
+  ``hardware.fresh_memory_time``);
 - communication: per collective of the plan, ``hardware.collective_time`` times its count
   (the gradient all-reduces a runtime combines run as one: see ``buckets``), plus the
   copies the runtime makes around it (``layout_copies``): a gather or scatter
@@ -196,6 +199,7 @@ class Estimate:
     ops: tuple[OpEstimate, ...] = field(repr=False)
     collectives: tuple[CollectiveEstimate, ...] = field(repr=False)
     kernels: int = 0  # kernels launched per device per step (ops after fusion, local steps)
+    fresh_memory_s: float = 0.0  # part of compute: first touch of fresh per-step buffers
 
     def by_tactic(self) -> dict[int | None, float]:
         """Communication seconds per tactic index (None: no tactic behind it)."""
@@ -790,6 +794,17 @@ class _Simulator:
         out["gradients"] = sum(read.values())
         return out
 
+    def per_step_buffers(self, memory: Memory) -> list[int]:
+        """Bytes of each buffer a runtime allocates every step: the temporaries (one
+        buffer, as XLA lays them out) and each output not written over a donated input."""
+        donated = self.donated()
+        outputs = [
+            f.dst.local_nbytes(self.mesh)
+            for f in self.plan.outputs
+            if f is not None and f.value not in donated
+        ]
+        return [memory.temporaries, *outputs]
+
     def donated(self) -> set[int]:
         """Outputs written over a donated input (see ``donations``): no extra memory."""
         return set(donations(self.program, self.state))
@@ -817,7 +832,9 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
     collectives = sim.collective_estimates()
     local_s, local_kernels = sim.local_steps()
     copy_s, copy_kernels = sim.operand_copies()
-    compute = sum(o.total_s for o in ops) + local_s + copy_s
+    memory = sim.memory()
+    fresh_s = hardware.fresh_memory_time(sim.per_step_buffers(memory))
+    compute = sum(o.total_s for o in ops) + local_s + copy_s + fresh_s
     by_kind = dict.fromkeys(KINDS, 0.0)
     for c in collectives:
         by_kind[c.collective.kind] += c.total_s
@@ -831,7 +848,8 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
         by_kind=by_kind,
         flops=sum((o.cost.flops + o.cost.transcendentals) * o.count for o in ops),
         kernels=sum(o.count for o in ops if o.kernel) + local_kernels + copy_kernels,
-        memory=sim.memory(),
+        memory=memory,
         ops=tuple(ops),
         collectives=tuple(collectives),
+        fresh_memory_s=fresh_s,
     )
