@@ -53,12 +53,12 @@ import ctypes.util
 import datetime as _dt
 import math
 import os
-import platform
 import re
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from platform import libc_ver
 
 import jax
 import jax.numpy as jnp
@@ -326,7 +326,7 @@ def fresh_buffer_threshold() -> tuple[float | None, str]:
     """Bytes above which this process's ``malloc`` maps a block fresh on every call (see
     `Hardware.fresh_buffer_bytes`), and where that comes from; None where it is not known
     (a C library other than glibc) or never happens (``mmap_max`` set to 0)."""
-    libc, version = platform.libc_ver()
+    libc, version = libc_ver()
     if libc != "glibc":
         return None, f"not modelled: the C library is {libc or 'unknown'}, not glibc"
     tunables = dict(
