@@ -14,8 +14,9 @@ copy (a transpose of the minor dimension) achieves, which on CPUs can be several
 below streaming bandwidth and falls as the array outgrows the caches (so it may be given
 as measured ``(array bytes, bytes/s)`` points, interpolated by `copy_bandwidth`); a
 `Link` may carry measured figures per collective kind (``kinds``) where one (bandwidth,
-latency) pair does not describe every algorithm the runtime uses. Presets leave these at their neutral values (0; the HBM bandwidth; the
-link's own figures): no vendor publishes them as such.
+latency) pair does not describe every algorithm the runtime uses. Presets leave these at
+their neutral values (0; the HBM bandwidth; the link's own figures): no vendor publishes
+them as such.
 
 **Fresh memory.** A runtime that allocates a step's buffers from the operating system
 pays to touch them the first time (page faults, zeroing). XLA's CPU runtime allocates

@@ -43,7 +43,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -717,7 +717,7 @@ class _Simulator:
         p, mesh, plan, static = self.program, self.mesh, self.plan, self.static
         inputs = set(p.inputs)
         returned = {(f.value, f.dst) for f in plan.outputs if f is not None}
-        donated = self.donated()
+        donated = self.donated
         shardings, categories = self.state.shardings, static.categories
         temporaries_at = CATEGORIES.index("temporaries")
         index = {c: i for i, c in enumerate(CATEGORIES)}
@@ -794,17 +794,16 @@ class _Simulator:
         out["gradients"] = sum(read.values())
         return out
 
-    def per_step_buffers(self, memory: Memory) -> list[int]:
+    def per_step_buffers(self, memory: Memory) -> Iterator[int]:
         """Bytes of each buffer a runtime allocates every step: the temporaries (one
-        buffer, as XLA lays them out) and each output not written over a donated input."""
-        donated = self.donated()
-        outputs = [
-            f.dst.local_nbytes(self.mesh)
-            for f in self.plan.outputs
-            if f is not None and f.value not in donated
-        ]
-        return [memory.temporaries, *outputs]
+        buffer, as XLA lays them out) and each output not written over a donated input.
+        Lazy: a spec whose runtime reuses its memory never asks."""
+        yield memory.temporaries
+        for f in self.plan.outputs:
+            if f is not None and f.value not in self.donated:
+                yield f.dst.local_nbytes(self.mesh)
 
+    @cached_property
     def donated(self) -> set[int]:
         """Outputs written over a donated input (see ``donations``): no extra memory."""
         return set(donations(self.program, self.state))
