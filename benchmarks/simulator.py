@@ -30,17 +30,13 @@ from pathlib import Path
 
 import _common
 import jax
-import numpy as np
-from jax.sharding import NamedSharding
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import workbench as wb
 from tests.core.lowering.strategies import MP_FOR
 from workbench.core.calibrate import calibrate
-from workbench.core.lowering.explicit import lower_explicit, spec
-from workbench.core.run import compare, example_inputs, reference_outputs
-from workbench.core.simulator import donations
+from workbench.core.run import TrainingStep, compare, example_inputs, reference_outputs
 from workbench.core.strategies import BP, Z3
 from workbench.core.units import format_bytes
 from workbench.models import build, lm
@@ -98,30 +94,13 @@ def spearman(a, b) -> float:
 def compiled_step(session):
     """One training step of the explicit lowering on the attached devices, as a training
     loop runs it (and as the simulator's memory assumes): the inputs an output replaces
-    (``donations``) are donated and the next step reads that output in their place.
+    are donated and the next step reads that output in their place (``TrainingStep``).
     Returns the step (a function of nothing) and whether the first step's outputs match
-    the unpartitioned program's."""
-    program, state = session.program, session.state
-    flat = example_inputs(program)
-    carried = donations(program, state)  # output value -> the input it replaces
-    fn, jmesh = lower_explicit(
-        program, session.mesh, state, session.plan(), donate=sorted(carried.values())
-    )
-    args = [  # copies: the step donates them, and ``flat`` is a cached example
-        jax.device_put(np.array(a), NamedSharding(jmesh, spec(state.shardings[v])))
-        for a, v in zip(flat, program.inputs)
-    ]
-    compiled = fn.lower(*args).compile()
-    feed = [(j, carried[v]) for j, v in enumerate(program.outputs) if v in carried]
-
-    def step():
-        outputs = compiled(*args)
-        for j, i in feed:
-            args[i] = outputs[j]
-        return outputs
-
-    expected = reference_outputs(program, flat, cache_key="example")  # before donation
-    _, rel, ok = compare(jax.block_until_ready(step()), expected)  # also the warm-up
+    the unpartitioned program's, with their largest relative error."""
+    flat = example_inputs(session.program)
+    step = TrainingStep(session, flat)
+    expected = reference_outputs(session.program, flat, cache_key="example")
+    _, rel, ok = compare(step(), expected)  # also the warm-up
     return step, ok, rel
 
 

@@ -1,10 +1,13 @@
 """Run a session's partitioned program on the attached devices and check it against the
-unpartitioned one: outputs, errors, step time (median after warm-up) and memory."""
+unpartitioned one: outputs, errors, step time (median after warm-up) and memory. Steps run
+as a training loop runs them: the inputs an output replaces are donated and the next step
+reads that output, as the simulator's memory and step time assume."""
 
 from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,16 +45,24 @@ class RunResult:
     compile_time_s: float
     memory: dict = field(default_factory=dict)  # per device, from XLA's memory_analysis
     differing: tuple[tuple[str, float], ...] = ()  # outputs out of tolerance: (name, rel error)
+    donated: tuple[str, ...] = ()  # inputs the timed steps donated (run as a training loop)
 
     def __str__(self) -> str:
         mem = self.memory.get("peak_memory_in_bytes") or self.memory.get("temp_size_in_bytes", 0)
         return (
             f"{self.lowering} run on {self.device}: outputs {'match' if self.matches else 'DIFFER'} "
             f"(max abs error {self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g}); "
-            f"step {format_seconds(self.step_time_s)} (median of {len(self.times_s)}), "
+            f"step {format_seconds(self.step_time_s)} (median of {len(self.times_s)}"
+            f"{self.loop_text()}), "
             f"compile {format_seconds(self.compile_time_s)}, peak memory per device {format_bytes(mem)}"
             + self.differing_text()
         )
+
+    def loop_text(self) -> str:
+        """How the timed steps ran: as a training loop (donating), or on the same inputs."""
+        if not self.donated:
+            return ", inputs kept"
+        return f", as a training loop donating {len(self.donated)} inputs"
 
     def differing_text(self, top: int = 5) -> str:
         """The outputs out of tolerance, worst first (empty when every output matches)."""
@@ -115,10 +126,66 @@ def _differing(program, outputs, reference) -> tuple[tuple[str, float], ...]:
     return tuple(sorted(bad, key=lambda x: -x[1]))
 
 
+class TrainingStep:
+    """A session's step compiled for the devices, with copies of its inputs placed there.
+
+    Each call runs one step. With ``training_loop`` it runs as a training loop runs it: the
+    inputs an output replaces (`workbench.core.simulator.donations`) are donated, and the
+    next call reads that output in their place. The arrays given are never consumed."""
+
+    def __init__(self, session, flat, *, lowering="explicit", devices=None, training_loop=True):
+        from workbench.core.simulator import donations
+
+        program, state = session.program, session.state
+        carried = donations(program, state) if training_loop else {}  # output -> input index
+        self.donated = tuple(sorted(set(carried.values())))
+        fn, self.mesh = session.lower(lowering, devices=devices, donate=self.donated)
+        self.shardings = [
+            NamedSharding(self.mesh, spec(state.shardings[v])) for v in program.inputs
+        ]
+        self.inputs = [  # a donated input is a copy: the caller's arrays survive
+            jax.device_put(np.array(a) if i in self.donated else a, sh)
+            for i, (a, sh) in enumerate(zip(flat, self.shardings))
+        ]
+        self.feed = [(j, carried[v]) for j, v in enumerate(program.outputs) if v in carried]
+        with warnings.catch_warnings():  # XLA's propagation may lay an output out otherwise
+            warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+            t0 = time.perf_counter()
+            self.compiled = fn.lower(*self.inputs).compile()
+            self.compile_time_s = time.perf_counter() - t0
+
+    def __call__(self, *, keep: bool = False) -> list:
+        """One step, waited for; its outputs. The next step donates those it reads unless
+        ``keep`` (it then reads copies)."""
+        outputs = jax.block_until_ready(self.compiled(*self.inputs))
+        for j, i in self.feed:
+            out, sharding = outputs[j], self.shardings[i]
+            if keep or not out.sharding.is_equivalent_to(
+                sharding, out.ndim
+            ):  # a copy, or a relayout
+                out = jax.device_put(out, sharding, may_alias=False)
+            self.inputs[i] = out
+        return outputs
+
+
 def run(
-    session, *, lowering: str = "explicit", args=None, repeats: int = 5, devices=None
+    session,
+    *,
+    lowering: str = "explicit",
+    args=None,
+    repeats: int = 5,
+    devices=None,
+    training_loop: bool = True,
 ) -> RunResult:
-    program, state = session.program, session.state
+    """Run the session's step on the attached devices: the first step's outputs are checked
+    against the unpartitioned program's, then ``repeats`` steps are timed.
+
+    With ``training_loop`` the steps run as a training loop runs them (and as the
+    simulator's memory and step time assume): the inputs an output replaces (parameters and
+    optimizer state, see `workbench.core.simulator.donations`) are donated, and each step
+    reads the previous step's outputs in their place. The arrays given are copied, never
+    consumed. Without it, every step runs on the same inputs and donates nothing."""
+    program = session.program
     flat = (
         example_inputs(program) if args is None else [jnp.asarray(a) for a in jax.tree.leaves(args)]
     )
@@ -127,23 +194,18 @@ def run(
             f"run got {len(flat)} input arrays but {program.name} takes {len(program.inputs)}; pass the "
             "same pytree of arguments that capture was given."
         )
-    fn, jmesh = session.lower(lowering, devices=devices)
-    placed = [
-        jax.device_put(a, NamedSharding(jmesh, spec(state.shardings[v])))
-        for a, v in zip(flat, program.inputs)
-    ]
-    t0 = time.perf_counter()
-    compiled = fn.lower(*placed).compile()
-    compile_time = time.perf_counter() - t0
-    outputs = jax.block_until_ready(compiled(*placed))  # warm-up
+    step = TrainingStep(
+        session, flat, lowering=lowering, devices=devices, training_loop=training_loop
+    )
+    outputs = step(keep=True)  # warm-up, and the outputs checked
     times = []
     for _ in range(max(1, repeats)):
         t0 = time.perf_counter()
-        jax.block_until_ready(compiled(*placed))
+        step()
         times.append(time.perf_counter() - t0)
     reference = reference_outputs(program, flat, cache_key="example" if args is None else None)
     abs_err, rel_err, ok = compare(outputs, reference)
-    mem = compiled.memory_analysis()
+    mem = step.compiled.memory_analysis()
     memory = {
         k: int(getattr(mem, k))
         for k in (
@@ -155,6 +217,7 @@ def run(
         )
         if mem is not None and hasattr(mem, k)
     }
+    jmesh = step.mesh
     device = f"{jmesh.devices.size} x {jmesh.devices.flat[0].device_kind}"
     tree = program.out_tree
     return RunResult(
@@ -168,6 +231,7 @@ def run(
         differing=() if ok else _differing(program, outputs, reference),
         step_time_s=statistics.median(times),
         times_s=tuple(times),
-        compile_time_s=compile_time,
+        compile_time_s=step.compile_time_s,
         memory=memory,
+        donated=tuple(program.values[program.inputs[i]].name for i in step.donated),
     )

@@ -179,28 +179,50 @@ class Session:
             overlap=overlap,
         )
 
-    def lower(self, kind: str = "explicit", devices=None):
+    def lower(self, kind: str = "explicit", devices=None, donate=()):
         """``(jitted fn of the flat inputs, jax Mesh)`` for ``kind`` "explicit", "constrained" or
-        "propagated" (XLA propagating from the input shardings alone)."""
+        "propagated" (XLA propagating from the input shardings alone); ``donate``: indices of
+        inputs whose buffers the step may reuse (``jax.jit``'s ``donate_argnums``)."""
         from workbench.core.lowering import constrained, explicit
 
         if kind == "explicit":
             return explicit.lower_explicit(
-                self.program, self.mesh, self.state, self.plan(), devices
+                self.program, self.mesh, self.state, self.plan(), devices, donate
             )
         if kind == "constrained":
-            return constrained.lower_constrained(self.program, self.mesh, self.state, devices)
+            return constrained.lower_constrained(
+                self.program, self.mesh, self.state, devices, donate
+            )
         if kind == "propagated":
-            return constrained.lower_propagated(self.program, self.mesh, self.state, devices)
+            return constrained.lower_propagated(
+                self.program, self.mesh, self.state, devices, donate
+            )
         raise WorkbenchError(
             f"unknown lowering {kind!r}; use 'explicit', 'constrained' or 'propagated'."
         )
 
-    def run(self, *, lowering: str = "explicit", args=None, repeats: int = 5, devices=None):
-        """Run on the attached devices; outputs checked against the unpartitioned program, timed."""
+    def run(
+        self,
+        *,
+        lowering: str = "explicit",
+        args=None,
+        repeats: int = 5,
+        devices=None,
+        training_loop: bool = True,
+    ):
+        """Run on the attached devices; outputs checked against the unpartitioned program,
+        timed (as a training loop runs the step unless ``training_loop=False``; see
+        `workbench.core.run.run`)."""
         from workbench.core.run import run
 
-        return run(self, lowering=lowering, args=args, repeats=repeats, devices=devices)
+        return run(
+            self,
+            lowering=lowering,
+            args=args,
+            repeats=repeats,
+            devices=devices,
+            training_loop=training_loop,
+        )
 
     # -- export ---------------------------------------------------------------------------
     def export_code(self) -> str:

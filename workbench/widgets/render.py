@@ -119,8 +119,8 @@ def run_result(result, predicted_s: float | None, spec_name: str | None) -> str:
         f"{ok} the unpartitioned program (max abs error {result.max_abs_error:.3g}, "
         f"max rel error {result.max_rel_error:.3g})",
         f"measured step <b>{format_seconds(result.step_time_s)}</b> "
-        f"(median of {len(result.times_s)} on {esc(result.device)}, {esc(result.lowering)} "
-        f"lowering); compile {format_seconds(result.compile_time_s)}",
+        f"(median of {len(result.times_s)}{esc(result.loop_text())} on {esc(result.device)}, "
+        f"{esc(result.lowering)} lowering); compile {format_seconds(result.compile_time_s)}",
     ]
     if result.differing:
         rows.append(

@@ -54,3 +54,39 @@ def test_a_run_names_the_outputs_out_of_tolerance():
     ((name, rel),) = _differing(program, outputs, reference)
     assert name == program.values[program.outputs[k]].name and rel > 0.009
     assert _differing(program, reference, reference) == ()
+
+
+@pytest.mark.parametrize("lowering", ["explicit", "constrained", "propagated"])
+def test_runs_step_as_a_training_loop(lowering):
+    """Parameters and optimizer state are donated (as the simulator assumes), each step
+    reads the outputs of the one before, and the caller's arrays are never consumed."""
+    import jax
+
+    ex = build("lm", "tiny")
+    s = wb.Session(wb.capture(ex.fn, *ex.args), MESH, strategies("lm")["BP+MP+Z3"])
+    result = s.run(lowering=lowering, args=ex.args, repeats=2)
+    assert result.matches, str(result)
+    assert any(n.startswith("params/") for n in result.donated)
+    assert any(n.startswith("opt") for n in result.donated)
+    assert result.memory["alias_size_in_bytes"] > 0 and "as a training loop" in str(result)
+    assert not any(a.is_deleted() for a in jax.tree.leaves(ex.args))
+    assert all(not o.is_deleted() for o in jax.tree.leaves(result.outputs))
+    kept = s.run(lowering=lowering, args=ex.args, repeats=1, training_loop=False)
+    assert kept.donated == () and kept.memory["alias_size_in_bytes"] == 0
+    assert kept.matches and "inputs kept" in str(kept)
+
+
+def test_a_training_step_feeds_its_outputs_to_the_next():
+    from workbench.core.run import TrainingStep, example_inputs
+
+    program = concrete("mlp")
+    s = wb.Session(program, MESH, strategies("mlp")["BP+MP+Z3"])
+    step = TrainingStep(s, example_inputs(program))
+    assert step.donated and len(step.feed) == len(step.donated)
+    first = step(keep=True)
+    second = step()
+    for j, i in step.feed:
+        assert not first[j].is_deleted()  # kept: the second step read copies
+        assert step.inputs[i] is second[j]  # the third step reads the second's outputs
+    step()
+    assert all(second[j].is_deleted() for j, _ in step.feed)  # donated to the third

@@ -32,8 +32,9 @@ def output_layout(state, v) -> Sharding | None:
     return Sharding(s.shape, s.dtype, s.dims)
 
 
-def lower_constrained(program, mesh: Mesh, state, devices=None):
-    """A jitted function of the program's flat inputs, with the state's shardings as constraints."""
+def lower_constrained(program, mesh: Mesh, state, devices=None, donate=()):
+    """A jitted function of the program's flat inputs, with the state's shardings as
+    constraints; ``donate``: indices of inputs whose buffers it may reuse."""
     jmesh = jax_mesh(mesh, devices)
     interp = _Constrained(program, state, jmesh)
     in_shardings = tuple(NamedSharding(jmesh, spec(state.shardings[v])) for v in program.inputs)
@@ -45,11 +46,14 @@ def lower_constrained(program, mesh: Mesh, state, devices=None):
     def fn(*flat):
         return tuple(interp(*flat))
 
-    return jax.jit(fn, in_shardings=in_shardings, out_shardings=out_shardings), jmesh
+    return jax.jit(
+        fn, in_shardings=in_shardings, out_shardings=out_shardings, donate_argnums=tuple(donate)
+    ), jmesh
 
 
-def lower_propagated(program, mesh: Mesh, state, devices=None):
-    """XLA's own propagation from the input shardings alone (for comparison with ours)."""
+def lower_propagated(program, mesh: Mesh, state, devices=None, donate=()):
+    """XLA's own propagation from the input shardings alone (for comparison with ours);
+    ``donate`` as for `lower_constrained`."""
     jmesh = jax_mesh(mesh, devices)
     interp = Interpreter(program)
     in_shardings = tuple(NamedSharding(jmesh, spec(state.shardings[v])) for v in program.inputs)
@@ -57,4 +61,4 @@ def lower_propagated(program, mesh: Mesh, state, devices=None):
     def fn(*flat):
         return tuple(interp(*flat))
 
-    return jax.jit(fn, in_shardings=in_shardings), jmesh
+    return jax.jit(fn, in_shardings=in_shardings, donate_argnums=tuple(donate)), jmesh
