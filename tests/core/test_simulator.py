@@ -180,14 +180,7 @@ def test_against_what_xla_compiles(model, strategy):
 
 
 # where the simulator's memory is known to miss XLA's by more than 25% (benchmarks/memory.py)
-MEMORY_MISSES = {
-    ("mlp", "Z3"): "XLA holds transposed copies of the parameter shards for the backward pass",
-    (
-        "mlp",
-        "BP+MP+Z3",
-    ): "XLA holds transposed copies of the parameter shards for the backward pass",
-    ("gnn", "BP+MP+Z3"): "0.75 of XLA's temporaries: just outside",
-}
+MEMORY_MISSES = {("gnn", "BP+MP+Z3"): "0.75 of XLA's temporaries: just outside"}
 
 
 @pytest.mark.parametrize("model", ["mlp", "lm", "lm_scan", "cnn", "gnn"])

@@ -56,6 +56,7 @@ from workbench.core.hardware import Hardware, collective_time
 from workbench.core.mesh import Mesh
 from workbench.core.redistribute import as_layout
 from workbench.core.rules.mapping import TensorType
+from workbench.core.sharding import Sharding
 from workbench.core.units import format_bytes, format_seconds
 
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries")
@@ -90,21 +91,25 @@ COMBINE_COUNT = 256
 FREE = frozenset({"name", "reshape", "squeeze", "expand_dims", "stop_gradient", "pvary"})
 
 
+def relaid(kind: str, dim: int | None, src: Sharding, dst: Sharding, mesh: Mesh) -> bool:
+    """Whether a ``kind`` collective over ``dim`` runs on a transposed copy: collectives
+    move contiguous blocks, so a gather or scatter whose dimension has a non-trivial
+    dimension before it (in the local shape) runs on a copy laid out with that dimension
+    leading: its input is transposed into that layout and its output back (XLA's layout
+    assignment, checked on CPU)."""
+    if kind not in ("all-gather", "reduce-scatter") or dim is None:
+        return False
+    shape = (dst if kind == "all-gather" else src).local_shape(mesh)
+    return math.prod(shape[:dim]) > 1
+
+
 def layout_copies(c: Collective, mesh: Mesh) -> tuple[float, int]:
     """``(bytes, kernels)`` of the transposed copies the runtime makes around collective
-    ``c`` (bytes read plus written).
-
-    Collectives move contiguous blocks. A gather or scatter whose dimension has a
-    non-trivial dimension before it (in the local shape) runs on a copy laid out with that
-    dimension leading: its input is transposed into that layout and its output back (XLA's
-    layout assignment, checked on CPU): the gathered or scattered array plus its 1/n
-    shard, each read and written once.
-    """
-    if c.kind in ("all-gather", "reduce-scatter") and c.dim is not None:
-        shape = (c.dst if c.kind == "all-gather" else c.src).local_shape(mesh)
-        if math.prod(shape[: c.dim]) > 1:
-            n = math.prod(mesh.axis_size(a) for a in c.axes)
-            return 2.0 * c.bytes * (1 + 1 / n), 2
+    ``c`` (bytes read plus written; see `relaid`): the gathered or scattered array plus
+    its 1/n shard, each read and written once."""
+    if relaid(c.kind, c.dim, c.src, c.dst, mesh):
+        n = math.prod(mesh.axis_size(a) for a in c.axes)
+        return 2.0 * c.bytes * (1 + 1 / n), 2
     return 0.0, 0
 
 
@@ -544,6 +549,7 @@ class _Simulator:
         for v in p.consts:
             touch((v, p.values[v].type_sharding()), -1)
         copies: list[tuple[int, int]] = []  # (position, bytes) of layout copies
+        relaid_made: dict[tuple, int] = {}  # a layout a collective makes on a transposed copy
         eager: list[tuple[tuple, int]] = []  # shrunk layouts, made as soon as their source exists
         for o_id, ks in static.copies:
             if plan_ops[o_id] is not None:
@@ -602,6 +608,13 @@ class _Simulator:
                     touch((v, dst), reduce_at)
                     touch((v, dst), at)
                     continue
+                for s in fetch.steps:
+                    if relaid(s.kind, s.dim, s.before, s.after, mesh):
+                        # the whole array is held in both layouts while the shard is
+                        # copied in or out: beyond the whole and the shard, one more whole
+                        # array less the shard, where the layout is made
+                        extra = abs(s.before.local_nbytes(mesh) - s.after.local_nbytes(mesh))
+                        relaid_made[(v, dst)] = max(relaid_made.get((v, dst), 0), extra)
                 shrinking = dst.local_nbytes(mesh) < src.local_nbytes(mesh)
                 touch((v, src), at, shrink=shrinking)
                 touch((v, dst), at)
@@ -624,6 +637,7 @@ class _Simulator:
                 touch(key, last)
         # a layout read only to be shrunk is shrunk where it is made, then freed
         layouts: dict[int, list[tuple]] = {}  # value -> its span keys
+        held: set[tuple] = set()  # spans shrunk where they are made: held through it
         if eager:
             for k in spans:
                 layouts.setdefault(k[0], []).append(k)
@@ -633,7 +647,9 @@ class _Simulator:
                 spans[key][0] = min(spans[key][0], made_at[src_value])
                 for k in natural:
                     spans[k][1] = spans[k][0]
-        return self.sweep(spans, copies, end, in_place)
+                    held.add(k)
+        copies += [(spans[key][0], nbytes) for key, nbytes in relaid_made.items()]
+        return self.sweep(spans, copies, end, in_place, held)
 
     @cached_property
     def buckets(self) -> list[list[tuple[int, int]]]:
@@ -712,7 +728,9 @@ class _Simulator:
             reduced_at.update((at, first) for at in bucket)
         return runs_at, reduced_at
 
-    def sweep(self, spans: dict, copies: list, end: int, in_place: frozenset) -> Memory:
+    def sweep(
+        self, spans: dict, copies: list, end: int, in_place: frozenset, held: set = frozenset()
+    ) -> Memory:
         """Peak, its breakdown and the peak of temporaries over the buffers' lifetimes."""
         p, mesh, plan, static = self.program, self.mesh, self.plan, self.static
         inputs = set(p.inputs)
@@ -732,7 +750,8 @@ class _Simulator:
             big = not is_input and nbytes > shardings[v].local_nbytes(mesh)
             start.append(first)
             # read last by an elementwise kernel: its result may reuse this buffer in place
-            stop.append(last if last in in_place else last + 1)
+            # (not one shrunk where it is made: the collective reading it is no such kernel)
+            stop.append(last if last in in_place and key not in held else last + 1)
             size.append(nbytes)
             cat.append(temporaries_at if big else index[categories[v]])
             temp.append(not is_input and not is_returned)
