@@ -153,17 +153,22 @@ class TrainingStep:
             t0 = time.perf_counter()
             self.compiled = fn.lower(*self.inputs).compile()
             self.compile_time_s = time.perf_counter() - t0
+        laid_out = jax.tree.leaves(self.compiled.output_shardings)
+        # fed outputs XLA lays out otherwise than the input they replace (propagated lowering)
+        self.relayout = {
+            j
+            for j, i in self.feed
+            if not laid_out[j].is_equivalent_to(self.shardings[i], self.inputs[i].ndim)
+        }
 
     def __call__(self, *, keep: bool = False) -> list:
         """One step, waited for; its outputs. The next step donates those it reads unless
         ``keep`` (it then reads copies)."""
         outputs = jax.block_until_ready(self.compiled(*self.inputs))
         for j, i in self.feed:
-            out, sharding = outputs[j], self.shardings[i]
-            if keep or not out.sharding.is_equivalent_to(
-                sharding, out.ndim
-            ):  # a copy, or a relayout
-                out = jax.device_put(out, sharding, may_alias=False)
+            out = outputs[j]
+            if keep or j in self.relayout:
+                out = jax.device_put(out, self.shardings[i], may_alias=False)
             self.inputs[i] = out
         return outputs
 
