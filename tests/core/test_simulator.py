@@ -86,11 +86,11 @@ def test_combined_gradient_all_reduces_pay_one_latency():
 
 
 def test_transposed_operand_copies_are_priced_at_their_own_size():
-    # a batched matmul contracting the left side's middle dimension reads it through a
-    # transposed copy; on a spec whose transposes slow down with size, each copy pays the
-    # rate measured at its local size (log-log between the measured points)
+    # a matmul contracting the left side's leading dimensions (a weight gradient) reads it
+    # through a transposed copy; on a spec whose transposes slow down with size, each copy
+    # pays the rate measured at its local size (log-log between the measured points)
     def f(x, w):
-        return jnp.einsum("bji,bjk->bik", x, w)
+        return jnp.einsum("bji,bjk->ik", x, w)
 
     program = wb.capture(f, jnp.ones((8, 256, 128)), jnp.ones((8, 256, 64)))
     size = 8 * 256 * 128 * 4  # x, copied whole on one device
@@ -102,6 +102,63 @@ def test_transposed_operand_copies_are_priced_at_their_own_size():
     split = wb.Session(program, wb.Mesh({"batch": 4}), [wb.Tile("x", 0, "batch")])
     extra = split.estimate(curve).compute_s - split.estimate(flat).compute_s
     assert extra == pytest.approx(2 * (size / 4) * (1 / 1e9 - 1 / 1e9), abs=1e-12)
+
+
+def test_a_batched_transposed_copy_is_priced_per_slice():
+    # a batched matmul contracting the left side's middle dimension transposes each batch
+    # element's slice on its own: the rate is the one measured at a slice's size
+    def f(x, w):
+        return jnp.einsum("bji,bjk->bik", x, w)
+
+    program = wb.capture(f, jnp.ones((8, 256, 128)), jnp.ones((8, 256, 64)))
+    size = 8 * 256 * 128 * 4
+    flat = replace(hw.H100, transpose_bandwidth=1e9)
+    curve = replace(hw.H100, transpose_bandwidth=((size / 32, 1e9), (size / 2, 0.25e9)))
+    s = wb.Session(program, wb.Mesh({"batch": 4}))
+    extra = s.estimate(curve).compute_s - s.estimate(flat).compute_s
+    # a slice is size / 8: a quarter of the way from size / 32 to size / 2 on log axes
+    assert extra == pytest.approx(2 * size * (1 / 0.5e9 - 1 / 1e9), rel=1e-9)
+
+
+def test_a_transposed_copy_reads_the_inputs_of_the_kernel_it_is_fused_into():
+    # x = a * b + c feeds a batched matmul in the wrong order: the compiler fuses the copy
+    # into the kernel that makes x, which then reads a, b and c in transposed order and
+    # writes x once, at the transpose rate of the bytes it reads
+    def f(a, b, c, w):
+        return jnp.einsum("bji,bjk->bik", a * b + c, w)
+
+    shape = (8, 256, 128)
+    program = wb.capture(f, *(jnp.ones(shape),) * 3, jnp.ones((8, 256, 64)))
+    size = 8 * 256 * 128 * 4
+    s = wb.Session(program, wb.Mesh({"batch": 4}))
+    fast = replace(hw.H100, transpose_bandwidth=1e30)
+
+    def extra(spec):
+        return s.estimate(spec).compute_s - s.estimate(fast).compute_s
+
+    assert extra(replace(hw.H100, transpose_bandwidth=1e9)) == pytest.approx(4 * size / 1e9)
+    # the rate is the one measured at what it reads of one batch element's slice: the three
+    # arrays' slices, 3 x size / 8 (here 1e9 x slice / bytes)
+    slice_ = size / 8
+    curve = replace(hw.H100, transpose_bandwidth=((slice_, 1e9), (4 * slice_, 0.25e9)))
+    assert extra(curve) == pytest.approx(4 * size / (1e9 / 3), rel=1e-9)
+    # split over the batch, each device's copy reads and writes a quarter
+    split = wb.Session(program, wb.Mesh({"batch": 4}), [wb.Tile("a", 0, "batch")])
+    flat = replace(hw.H100, transpose_bandwidth=1e9)
+    assert split.estimate(flat).compute_s - split.estimate(fast).compute_s == pytest.approx(
+        size / 1e9
+    )
+    # made by a matmul, not by an elementwise kernel: the copy reads the operand alone
+    made = wb.capture(
+        lambda a, b, w: jnp.einsum("bji,bjk->bik", a @ b, w),
+        jnp.ones(shape),
+        jnp.ones((128, 128)),
+        jnp.ones((8, 256, 64)),
+    )
+    alone = wb.Session(made, wb.Mesh({"batch": 4}))
+    assert alone.estimate(flat).compute_s - alone.estimate(fast).compute_s == pytest.approx(
+        2 * size / 1e9
+    )
 
 
 def test_fresh_per_step_buffers_pay_their_first_touch():

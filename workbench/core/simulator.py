@@ -9,8 +9,12 @@
   ``hardware.op_overhead`` on top of its roofline, and so does each local step of a
   redistribution (a slice or mask, priced like a copy of what it keeps) and each
   transposed copy of a matmul or convolution operand in the wrong order (the copies the
-  memory model holds; read and written at ``hardware.copy_bandwidth`` of their size),
-  plus the first touch of the buffers a runtime allocates fresh each step (the
+  memory model holds). A compiler fuses such a copy into the elementwise kernel that makes
+  the operand, so the copy reads every input of that kernel in transposed order: it moves
+  those inputs and its own result at ``hardware.copy_bandwidth`` of the bytes it reads
+  (a plain copy reads one array: the rate measured at its size; see ``copy_reads``), per
+  slice where it leaves leading dimensions in place (a batched transpose), and at the
+  memory bandwidth where it moves whole cache lines (``copy_rate``). Plus the first touch of the buffers a runtime allocates fresh each step (the
   temporaries, as one buffer, and each output not written over a donated input:
   ``hardware.fresh_memory_time``);
 - communication: per collective of the plan, ``hardware.collective_time`` times its count
@@ -84,6 +88,8 @@ EXPENSIVE = frozenset(
     }
 )  # fmt: skip
 COPYING = frozenset({"dot_general", "conv_general_dilated"})
+#: Bytes a cache line holds: a copy that moves contiguous runs this long or longer streams.
+CACHE_LINE_BYTES = 64
 #: The most all-reduces a runtime combines into one (XLA's combiners: 256 operands).
 COMBINE_COUNT = 256
 
@@ -113,30 +119,81 @@ def layout_copies(c: Collective, mesh: Mesh) -> tuple[float, int]:
     return 0.0, 0
 
 
-def copied_operands(op, ranks) -> tuple[int, ...]:
-    """Operands a matmul or convolution kernel reads through a transposed copy.
+def wanted_orders(op, ranks) -> tuple[tuple[int, ...], ...] | None:
+    """Per operand of a matmul or convolution, the order of its dimensions its kernel reads
+    them in (an operand held in another order is read through a transposed copy); None
+    for other ops.
 
-    A 2-D matmul takes either operand transposed for free (GEMM flags). Otherwise a dot
-    wants batch dims leading, then the left side's contracting dims last and the right
-    side's right after the batch dims; a convolution wants NHWC input and HWIO kernel.
+    A dot wants batch dims leading, then the left side's free dims and its contracting
+    dims last, the right side's contracting dims right after the batch dims; a
+    convolution wants NHWC input and HWIO kernel.
     """
     if op.primitive == "dot_general":
         (lc, rc), (lb, rb) = op.params["dimension_numbers"]
-        if not lb and max(ranks) <= 2:
-            return ()
-        nb, nc = len(lb), len(lc)
-        lhs_ok = list(lb) == list(range(nb)) and list(lc) == list(range(ranks[0] - nc, ranks[0]))
-        rhs_ok = list(rb) == list(range(nb)) and list(rc) == list(range(nb, nb + nc))
-        return tuple(k for k, ok in enumerate((lhs_ok, rhs_ok)) if not ok)
+        lhs_free = [d for d in range(ranks[0]) if d not in lc and d not in lb]
+        rhs_free = [d for d in range(ranks[1]) if d not in rc and d not in rb]
+        return (*lb, *lhs_free, *lc), (*rb, *rc, *rhs_free)
     if op.primitive == "conv_general_dilated":
         dn = op.params["dimension_numbers"]
-        forward = ((0, 3, 1, 2), (3, 2, 0, 1))
-        return tuple(
-            k
-            for k, (got, want) in enumerate(zip((dn.lhs_spec, dn.rhs_spec), forward))
-            if tuple(got) != want
-        )
-    return ()
+        lhs, rhs = tuple(dn.lhs_spec), tuple(dn.rhs_spec)
+        return (lhs[0], *lhs[2:], lhs[1]), (*rhs[2:], rhs[1], rhs[0])
+    return None
+
+
+def copied_operands(op, ranks) -> tuple[int, ...]:
+    """Operands a matmul or convolution kernel reads through a transposed copy: those not
+    held in ``wanted_orders``. A 2-D matmul takes either operand transposed for free
+    (GEMM flags)."""
+    wanted = wanted_orders(op, ranks)
+    if wanted is None:
+        return ()
+    if op.primitive == "dot_general":
+        (_, _), (lb, _) = op.params["dimension_numbers"]
+        if not lb and max(ranks) <= 2:
+            return ()
+    return tuple(k for k, order in enumerate(wanted) if tuple(order) != tuple(range(ranks[k])))
+
+
+def kept_in_place(order: tuple[int, ...]) -> tuple[int, int]:
+    """``(leading, trailing)``: how many leading and trailing dimensions a copy into
+    ``order`` leaves in place. It transposes each slice below the leading ones on its
+    own (a batched transpose) and moves runs of the trailing ones whole."""
+    n = len(order)
+    lead = 0
+    while lead < n and order[lead] == lead:
+        lead += 1
+    trail = 0
+    while trail < n - lead and order[n - 1 - trail] == n - 1 - trail:
+        trail += 1
+    return lead, trail
+
+
+def copy_reads(program, v: int, fused) -> tuple[frozenset, tuple] | None:
+    """What a transposed copy of value ``v`` reads once a compiler fuses it into the
+    elementwise kernel that makes ``v``: ``(values kept fused on the way, ((op id, operand
+    index), ...) of the reads from memory)``, walking back from ``v`` through fused values
+    and bitcasts (``FREE``); None where ``v`` is not made by an elementwise op (the copy
+    reads ``v`` itself). XLA emits the copy as a loop over the transposed result that
+    evaluates the whole chain, so each input is read in transposed order (checked on CPU:
+    the LM's layer-norm backward, fused into the copy its weight gradient reads, reads
+    fifteen arrays)."""
+    producer = program.values[v].producer
+    if producer is None or program.ops[producer].primitive not in FUSIBLE:
+        return None
+    path, reads, stack, seen = set(), [], [producer], {v}
+    while stack:
+        op = program.ops[stack.pop()]
+        for i, u in enumerate(op.operands):
+            if not isinstance(u, int) or u in seen:
+                continue
+            seen.add(u)
+            made_by = program.values[u].producer
+            if made_by is not None and (u in fused or program.ops[made_by].primitive in FREE):
+                path.add(u)
+                stack.append(made_by)
+            else:
+                reads.append((op.id, i))
+    return frozenset(path), tuple(reads)
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +325,9 @@ class _Static:
     unbuffered: frozenset  # fused | folded: values the memory model gives no buffer of their own
     in_place: frozenset  # positions of elementwise kernels
     copies: tuple  # (op id, operand indices read through a transposed copy)
+    # (op id, operand index) of each copy -> what the copy reads (see ``copy_reads``)
+    copy_reads: dict
+    copy_kept: dict  # (op id, operand index) -> (leading, trailing) dims left in place
     optimizer_ops: tuple  # op ids in the optimizer phase
     # the optimizer's ops in ``order``: (op id, position, tensor operands, results)
     optimizer_steps: tuple
@@ -304,12 +364,19 @@ class _Static:
             for op in program.ops:
                 tensors = [v for v in op.operands if isinstance(v, int)] + list(op.results)
                 fusing[op.id] = tuple(dict.fromkeys(v for v in tensors if v in fused))
-            copies = []
+            copies, kept = [], {}
             for op in program.ops:
                 if op.primitive in COPYING:
                     ranks = [len(program.operand_type(v).shape) for v in op.operands]
                     if ks := copied_operands(op, ranks):
                         copies.append((op.id, ks))
+                        wanted = wanted_orders(op, ranks)
+                        kept.update({(op.id, k): kept_in_place(wanted[k]) for k in ks})
+            reads = {
+                (o_id, k): copy_reads(program, program.ops[o_id].operands[k], fused)
+                for o_id, ks in copies
+                for k in ks
+            }
             cached = program.__dict__["_simulator_static"] = cls(
                 order=order,
                 position={op.id: i for i, op in enumerate(order)},
@@ -319,6 +386,8 @@ class _Static:
                 unbuffered=frozenset(fused | folded),
                 in_place=frozenset(i for i, op in enumerate(order) if op.primitive in FUSIBLE),
                 copies=tuple(copies),
+                copy_reads=reads,
+                copy_kept=kept,
                 optimizer_ops=tuple(op.id for op in program.ops if op.phase == "optimizer"),
                 optimizer_steps=tuple(
                     (
@@ -451,18 +520,63 @@ class _Simulator:
 
     def operand_copies(self) -> tuple[float, int]:
         """Seconds and kernels per step of the transposed operand copies matmuls and
-        convolutions read (the copies the memory model holds, see ``copied_operands``)."""
-        mesh, hw, plan = self.mesh, self.hw, self.plan
+        convolutions read (the copies the memory model holds, see ``copied_operands``),
+        each fused into the kernel that makes its operand (``copy_bytes``)."""
+        hw, plan = self.hw, self.plan
         seconds, kernels = 0.0, 0
         for o_id, ks in self.static.copies:
             o = plan.ops[o_id]
             if o is None:
                 continue
             for k in ks:
-                size = o.operands[k].local_nbytes(mesh)
-                seconds += o.repeats * (2 * size / hw.copy_bandwidth(size) + hw.op_overhead)
+                read, written = self.copy_bytes(o_id, k)
+                seconds += o.repeats * (
+                    (read + written) / self.copy_rate(o_id, k, read) + hw.op_overhead
+                )
                 kernels += o.repeats
         return seconds, kernels
+
+    def copy_rate(self, op_id: int, k: int, read: float) -> float:
+        """Bytes/s of the transposed copy of operand ``k`` of op ``op_id`` that reads
+        ``read`` bytes. The strided reads are what leave the caches: each slice below the
+        leading dimensions the copy keeps in place is transposed on its own, at
+        ``hardware.copy_bandwidth`` of what it reads of that slice; a copy that keeps
+        trailing dimensions moving whole cache lines (``CACHE_LINE_BYTES`` or more) streams
+        at the memory bandwidth (XLA's CPU copies of convolution operands from NHWC that
+        keep C innermost run 10x faster than those that move it)."""
+        o = self.plan.ops[op_id]
+        operand = o.operands[k]
+        shape = operand.local_shape(self.mesh)
+        lead, trail = self.static.copy_kept[(op_id, k)]
+        run = (
+            math.prod(shape[len(shape) - trail :])
+            * operand.local_nbytes(self.mesh)
+            / max(math.prod(shape), 1)
+        )
+        if trail and run >= CACHE_LINE_BYTES:
+            return self.hw.hbm_bandwidth
+        return self.hw.copy_bandwidth(read / max(math.prod(shape[:lead]), 1))
+
+    def copy_bytes(self, op_id: int, k: int) -> tuple[float, float]:
+        """``(read, written)`` bytes of the transposed copy of operand ``k`` of op
+        ``op_id``: it writes the operand and reads, in transposed order, the inputs of the
+        elementwise kernel it is fused into (``copy_reads``), or the operand itself where
+        nothing fuses into it (made by another kind of op, or read through a
+        redistribution, which the plan makes a buffer of its own)."""
+        mesh, plan = self.mesh, self.plan
+        size = plan.ops[op_id].operands[k].local_nbytes(mesh)
+        reads = self.static.copy_reads[(op_id, k)]
+        operand = self.program.ops[op_id].operands[k]
+        redistributed = plan.redistributed
+        if reads is None or operand in redistributed or not reads[0].isdisjoint(redistributed):
+            return size, size
+        read = 0.0
+        for reader, i in reads[1]:
+            layout = plan.ops[reader].operands[i] if plan.ops[reader] is not None else None
+            if layout is None:  # an op the plan does not run
+                return size, size
+            read += layout.local_nbytes(mesh)
+        return read, size
 
     def local_steps(self) -> tuple[float, int]:
         """Seconds and kernels per step of the local redistribution steps (slices, masks):
