@@ -120,6 +120,26 @@ def test_a_batched_transposed_copy_is_priced_per_slice():
     assert extra == pytest.approx(2 * size * (1 / 0.5e9 - 1 / 1e9), rel=1e-9)
 
 
+def test_a_copy_that_moves_whole_cache_lines_streams():
+    # attention scores: q [b, q, h, d] is wanted as [b, h, q, d], which keeps d innermost;
+    # with rows of d floats a cache line long or longer the copy streams at memory
+    # bandwidth, shorter rows pay the transpose rate. k is wanted as [b, h, d, k]: d moves.
+    def scores(d):
+        shape = (4, 64, 2, d)
+        program = wb.capture(
+            lambda q, k: jnp.einsum("bqhd,bkhd->bhqk", q, k), jnp.ones(shape), jnp.ones(shape)
+        )
+        s = wb.Session(program, wb.Mesh({"batch": 4}))
+        slow = replace(hw.H100, transpose_bandwidth=1e9)
+        fast = replace(hw.H100, transpose_bandwidth=1e30)
+        return s.estimate(slow).compute_s - s.estimate(fast).compute_s, 4 * 64 * 2 * d * 4
+
+    extra, size = scores(32)  # rows of 128 bytes: only k's copy pays the transpose rate
+    assert extra == pytest.approx(2 * size / 1e9)
+    extra, size = scores(8)  # rows of 32 bytes: both copies do
+    assert extra == pytest.approx(4 * size / 1e9)
+
+
 def test_a_transposed_copy_reads_the_inputs_of_the_kernel_it_is_fused_into():
     # x = a * b + c feeds a batched matmul in the wrong order: the compiler fuses the copy
     # into the kernel that makes x, which then reads a, b and c in transposed order and

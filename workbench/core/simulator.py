@@ -548,11 +548,7 @@ class _Simulator:
         operand = o.operands[k]
         shape = operand.local_shape(self.mesh)
         lead, trail = self.static.copy_kept[(op_id, k)]
-        run = (
-            math.prod(shape[len(shape) - trail :])
-            * operand.local_nbytes(self.mesh)
-            / max(math.prod(shape), 1)
-        )
+        run = math.prod(shape[len(shape) - trail :]) * np.dtype(operand.dtype).itemsize
         if trail and run >= CACHE_LINE_BYTES:
             return self.hw.hbm_bandwidth
         return self.hw.copy_bandwidth(read / max(math.prod(shape[:lead]), 1))
