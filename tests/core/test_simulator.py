@@ -140,6 +140,23 @@ def test_a_copy_that_moves_whole_cache_lines_streams():
     assert extra == pytest.approx(4 * size / 1e9)
 
 
+def test_estimates_on_one_program_do_not_leak_between_meshes():
+    # op prices are cached on the program: the same layout on a mesh whose axes have other
+    # sizes has other local shapes, so its price must not be reused
+    prog = program("mlp")
+    small, large = wb.Mesh({"batch": 2, "model": 4}), wb.Mesh({"batch": 8, "model": 16})
+
+    def step(mesh):
+        return wb.Session(prog, mesh, [wb.BP("batch")]).estimate(hw.H100).compute_s
+
+    alone = step(large)
+    step(small)
+    assert step(large) == alone
+    ex = build("mlp", "tiny", abstract=True)
+    fresh = wb.capture(ex.fn, *ex.args)  # the same program, nothing cached on it yet
+    assert wb.Session(fresh, small, [wb.BP("batch")]).estimate(hw.H100).compute_s == step(small)
+
+
 def test_a_transposed_copy_reads_the_inputs_of_the_kernel_it_is_fused_into():
     # x = a * b + c feeds a batched matmul in the wrong order: the compiler fuses the copy
     # into the kernel that makes x, which then reads a, b and c in transposed order and

@@ -458,14 +458,15 @@ class _Simulator:
     def __init__(self, program, mesh: Mesh, state, plan, hardware: Hardware):
         self.program, self.mesh, self.state, self.plan = program, mesh, state, plan
         self.hw = hardware
-        # op costs and times per hardware spec (a time is only good for the spec it was priced on)
+        # op costs and times per hardware spec and mesh: a time is only good for the spec it
+        # was priced on, and a layout names mesh axes, whose sizes set its local shape
         caches = program.__dict__.setdefault("_op_cost_cache", {})
-        self.cache = caches.setdefault(hardware, {})
+        self.cache = caches.setdefault((hardware, mesh), {})
         self.static = _Static.of(program)
 
     # -- time ------------------------------------------------------------------------------
     def op_estimates(self) -> list[OpEstimate]:
-        """Per op, its cost and time on one device. Cached per hardware spec by everything
+        """Per op, its cost and time on one device. Cached per hardware spec and mesh by everything
         the price depends on (the op, its layouts, which of its tensors stay fused)."""
         out = []
         append, cache, plan_ops = out.append, self.cache, self.plan.ops
