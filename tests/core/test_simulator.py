@@ -198,6 +198,33 @@ def test_a_transposed_copy_reads_the_inputs_of_the_kernel_it_is_fused_into():
     )
 
 
+def test_a_fused_copy_stops_at_a_value_the_plan_redistributes():
+    # x = broadcast(a) * 2 + b feeds a weight-gradient matmul: its copy reads a (8x smaller
+    # than x) and b; where the plan redistributes a value on that chain, the value has a
+    # buffer of its own and the copy reads it there instead of what makes it
+    from workbench.core.simulator import _Simulator
+
+    def f(a, b, w):
+        t = jnp.broadcast_to(a, (8, 256, 128)) * 2.0
+        return jnp.einsum("bji,bjk->ik", t + b, w)
+
+    prog = wb.capture(f, jnp.ones((256, 128)), jnp.ones((8, 256, 128)), jnp.ones((8, 256, 64)))
+    s = wb.Session(prog, wb.Mesh({"batch": 4}))
+    dot = next(op.id for op in prog.ops if op.primitive == "dot_general")
+    t = next(op.results[0] for op in prog.ops if op.primitive == "mul")
+    size = 8 * 256 * 128 * 4
+    plan = s.plan()
+    assert _Simulator(prog, s.mesh, s.state, plan, hw.H100).copy_bytes(dot, 0) == (
+        size / 8 + size,
+        size,
+    )
+    moved = replace(plan, redistributed=plan.redistributed | {t})
+    assert _Simulator(prog, s.mesh, s.state, moved, hw.H100).copy_bytes(dot, 0) == (
+        2 * size,
+        size,
+    )
+
+
 def test_fresh_per_step_buffers_pay_their_first_touch():
     # a runtime that maps big buffers fresh each step (XLA's CPU runtime under glibc) pays
     # to touch the temporaries (one buffer) and each output it does not write in place

@@ -168,11 +168,12 @@ def kept_in_place(order: tuple[int, ...]) -> tuple[int, int]:
     return lead, trail
 
 
-def copy_reads(program, v: int, fused) -> tuple[frozenset, tuple] | None:
+def copy_reads(program, v: int, fused, buffered=frozenset()) -> tuple[frozenset, tuple] | None:
     """What a transposed copy of value ``v`` reads once a compiler fuses it into the
     elementwise kernel that makes ``v``: ``(values kept fused on the way, ((op id, operand
     index), ...) of the reads from memory)``, walking back from ``v`` through fused values
-    and bitcasts (``FREE``); None where ``v`` is not made by an elementwise op (the copy
+    and bitcasts (``FREE``) other than ``buffered`` ones (a value a plan redistributes is
+    read from its own buffer); None where ``v`` is not made by an elementwise op (the copy
     reads ``v`` itself). XLA emits the copy as a loop over the transposed result that
     evaluates the whole chain, so each input is read in transposed order (checked on CPU:
     the LM's layer-norm backward, fused into the copy its weight gradient reads, reads
@@ -188,7 +189,11 @@ def copy_reads(program, v: int, fused) -> tuple[frozenset, tuple] | None:
                 continue
             seen.add(u)
             made_by = program.values[u].producer
-            if made_by is not None and (u in fused or program.ops[made_by].primitive in FREE):
+            if (
+                made_by is not None
+                and u not in buffered
+                and (u in fused or program.ops[made_by].primitive in FREE)
+            ):
                 path.add(u)
                 stack.append(made_by)
             else:
@@ -557,16 +562,24 @@ class _Simulator:
     def copy_bytes(self, op_id: int, k: int) -> tuple[float, float]:
         """``(read, written)`` bytes of the transposed copy of operand ``k`` of op
         ``op_id``: it writes the operand and reads, in transposed order, the inputs of the
-        elementwise kernel it is fused into (``copy_reads``), or the operand itself where
-        nothing fuses into it (made by another kind of op, or read through a
-        redistribution, which the plan makes a buffer of its own)."""
+        elementwise kernel it is fused into (``copy_reads``, stopping at the values the plan
+        redistributes: each is a buffer of its own), or the operand itself where nothing
+        fuses into it (made by another kind of op, or itself read through a
+        redistribution)."""
         mesh, plan = self.mesh, self.plan
         size = plan.ops[op_id].operands[k].local_nbytes(mesh)
         reads = self.static.copy_reads[(op_id, k)]
         operand = self.program.ops[op_id].operands[k]
         redistributed = plan.redistributed
-        if reads is None or operand in redistributed or not reads[0].isdisjoint(redistributed):
+        if reads is None or operand in redistributed:
             return size, size
+        if not reads[0].isdisjoint(redistributed):  # the chain stops at those buffers
+            cut = reads[0] & redistributed
+            walks = self.program.__dict__.setdefault("_copy_reads_cut", {})
+            key = (op_id, k, cut)
+            if key not in walks:
+                walks[key] = copy_reads(self.program, operand, self.static.fused, cut)
+            reads = walks[key]
         read = 0.0
         for reader, i in reads[1]:
             layout = plan.ops[reader].operands[i] if plan.ops[reader] is not None else None
