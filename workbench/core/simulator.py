@@ -14,9 +14,9 @@
   those inputs and its own result at ``hardware.copy_bandwidth`` of the bytes it reads
   (a plain copy reads one array: the rate measured at its size; see ``copy_reads``), per
   slice where it leaves leading dimensions in place (a batched transpose), and at the
-  memory bandwidth where it moves whole cache lines (``copy_rate``). Plus the first touch of the buffers a runtime allocates fresh each step (the
-  temporaries, as one buffer, and each output not written over a donated input:
-  ``hardware.fresh_memory_time``);
+  memory bandwidth where it moves whole cache lines (``copy_rate``). Plus the first touch
+  of the buffers a runtime allocates fresh each step (the temporaries, as one buffer, and
+  each output not written over a donated input: ``hardware.fresh_memory_time``);
 - communication: per collective of the plan, ``hardware.collective_time`` times its count
   (the gradient all-reduces a runtime combines run as one: see ``buckets``), plus the
   copies the runtime makes around it (``layout_copies``): a gather or scatter
@@ -471,8 +471,9 @@ class _Simulator:
 
     # -- time ------------------------------------------------------------------------------
     def op_estimates(self) -> list[OpEstimate]:
-        """Per op, its cost and time on one device. Cached per hardware spec and mesh by everything
-        the price depends on (the op, its layouts, which of its tensors stay fused)."""
+        """Per op, its cost and time on one device. Cached per hardware spec and mesh by
+        everything the price depends on (the op, its layouts, which of its tensors stay
+        fused)."""
         out = []
         append, cache, plan_ops = out.append, self.cache, self.plan.ops
         # a value the plan redistributes is read from memory: it cannot stay fused
