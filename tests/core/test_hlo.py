@@ -10,7 +10,13 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from workbench.core.hlo import HloCollective, bytes_by_kind, normalize_cpu, parse_collectives
+from workbench.core.hlo import (
+    HloCollective,
+    bytes_by_kind,
+    normalize_cpu,
+    parse_collectives,
+    parse_transposes,
+)
 from workbench.core.mesh import Mesh
 
 AXES = (("batch", 2), ("model", 4))
@@ -209,6 +215,36 @@ def test_bare_snippet_and_multiline_instruction():
     (c,) = parse_collectives(text, Mesh({"batch": 2, "model": 4}))
     assert (c.kind, c.name, c.axes, c.line) == ("all-gather", "ag-start", ("batch",), 2)
     assert (c.operand_shapes, c.result_shapes, c.bytes) == (((8, 256),), ((16, 256),), 16384)
+
+
+def test_transposing_fusions_with_what_they_read_and_write():
+    # a layout copy fused with the add that makes its operand reads both inputs; a fusion
+    # without a transpose (the bitcast is a relabelling) is not one
+    text = """
+%copy_fused (a: f32[64,32], b: f32[64,32]) -> f32[32,64] {
+  %a = f32[64,32]{1,0} parameter(0)
+  %b = f32[64,32]{1,0} parameter(1)
+  %s = f32[64,32]{1,0} add(%a, %b)
+  %t = f32[32,64]{0,1} transpose(%s), dimensions={1,0}
+  ROOT %c = f32[32,64]{1,0} copy(%t)
+}
+
+%plain (a: f32[64,32]) -> f32[2048] {
+  %a = f32[64,32]{1,0} parameter(0)
+  %n = f32[64,32]{1,0} negate(%a)
+  ROOT %r = f32[2048]{0} bitcast(%n)
+}
+
+ENTRY %main (x: f32[64,32], y: f32[64,32]) -> (f32[32,64], f32[2048]) {
+  %x = f32[64,32]{1,0} parameter(0)
+  %y = f32[64,32]{1,0} parameter(1)
+  %copy_add_fusion = f32[32,64]{1,0} fusion(%x, %y), kind=kLoop, calls=%copy_fused
+  %negate_fusion = f32[2048]{0} fusion(%x), kind=kLoop, calls=%plain
+  ROOT %out = (f32[32,64]{1,0}, f32[2048]{0}) tuple(%copy_add_fusion, %negate_fusion)
+}
+"""
+    (t,) = parse_transposes(text)
+    assert (t.name, t.read, t.written, t.count) == ("copy_add_fusion", 2 * 8192, 8192, 1)
 
 
 @pytest.mark.parametrize(

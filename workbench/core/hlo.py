@@ -37,6 +37,10 @@ actually compiled. Conventions:
   ``via_dynamic_slice=True``. (``lax.psum_scatter`` under ``shard_map`` stays a real
   reduce-scatter on CPU: only partitioner-inserted ones take the detour.)
 
+``parse_transposes`` lists the kernels that transpose an array in memory (fusions holding a
+``transpose``) with the bytes each reads and writes, to check the simulator's transposed
+copies against.
+
 Unparseable input raises ``ValueError`` naming the line.
 """
 
@@ -665,3 +669,41 @@ def bytes_by_kind(collectives: Iterable[HloCollective]) -> dict[str, int]:
     for c in collectives:
         totals[c.kind] += c.bytes
     return totals
+
+
+# --------------------------------------------------------------------------- transposes
+
+
+@dataclass(frozen=True, slots=True)
+class HloTranspose:
+    """One compiled kernel that transposes an array in memory: a fusion holding a
+    ``transpose`` (after layout assignment, a transpose that only relabels dimensions is a
+    bitcast, so one that is left moves data; XLA emits the layout copies a matmul or
+    convolution operand needs this way, with the elementwise ops that make the operand)."""
+
+    name: str
+    read: int  # bytes of its operands, per run
+    written: int  # bytes of its results, per run
+    count: int = 1  # times it runs: the trip counts of the while loops around it
+
+
+def parse_transposes(hlo_text: str) -> list[HloTranspose]:
+    """Every transposing fusion in ``hlo_text`` (compiled, per-device HLO), in text order."""
+    module = _parse_module(hlo_text)
+    counts = loop_counts(module)
+    found = []
+    for comp, instrs in module.computations.items():
+        for instr in instrs.values():
+            if instr.opcode != "fusion" or "calls" not in instr.attrs:
+                continue
+            body = module.computations.get(instr.attrs["calls"].lstrip("%"), {})
+            if not any(inner.opcode == "transpose" for inner in body.values()):
+                continue
+            read = _nbytes(
+                a
+                for operand in dict.fromkeys(instr.operands)
+                for a in _elements(instrs[operand].shape)
+            )
+            written = _nbytes(_elements(instr.shape))
+            found.append((instr.line, HloTranspose(instr.name, read, written, counts.get(comp, 1))))
+    return [t for _, t in sorted(found, key=lambda pair: pair[0])]

@@ -10,7 +10,8 @@
   redistribution (a slice or mask, priced like a copy of what it keeps) and each
   transposed copy of a matmul or convolution operand in the wrong order (the copies the
   memory model holds). A compiler fuses such a copy into the elementwise kernel that makes
-  the operand, so the copy reads every input of that kernel in transposed order: it moves
+  the operand, recomputing the cheap values on the way (``recomputed``), so the copy
+  reads every input of that kernel in transposed order: it moves
   those inputs and its own result at ``hardware.copy_bandwidth`` of the bytes it reads
   (a plain copy reads one array: the rate measured at its size; see ``copy_reads``), per
   slice where it leaves leading dimensions in place (a batched transpose), and at the
@@ -168,34 +169,129 @@ def kept_in_place(order: tuple[int, ...]) -> tuple[int, int]:
     return lead, trail
 
 
-def copy_reads(program, v: int, fused, buffered=frozenset()) -> tuple[frozenset, tuple] | None:
+def _readers(program, v: int) -> list[tuple]:
+    """``(op, operand index)`` of each read of value ``v``, looking through renames and
+    bitcasts (``FREE``)."""
+    readers, stack = [], [v]
+    while stack:
+        u = stack.pop()
+        for r in dict.fromkeys(program.users[u]):
+            op = program.ops[r]
+            if op.primitive in FREE:
+                stack.extend(op.results)
+            else:
+                readers.extend((op, k) for k, w in enumerate(op.operands) if w == u)
+    return readers
+
+
+def _fuses_its_input(program, op, k: int) -> bool:
+    """Whether ``op`` reads operand ``k`` through an elementwise loop a compiler can fuse
+    what makes the operand into: an elementwise op, or a matmul's operand that is copied
+    into order (``copied_operands``) or collapsed to a matrix first (two or more free or
+    contracting dimensions: XLA reshapes it, and a reshape fuses like an elementwise op)."""
+    if op.primitive in FUSIBLE:
+        return True
+    if op.primitive != "dot_general":
+        return False
+    ranks = [len(program.operand_type(u).shape) for u in op.operands]
+    if k in copied_operands(op, ranks):
+        return True
+    (lc, rc), (lb, rb) = op.params["dimension_numbers"]
+    contracting, batch = (lc, rc)[k], (lb, rb)[k]
+    free = ranks[k] - len(contracting) - len(batch)
+    return free > 1 or len(contracting) > 1
+
+
+def _full_inputs(program, op) -> int:
+    """How many of ``op``'s operands are arrays of its own rank read element for element:
+    not literals, scalars or broadcasts (through bitcasts), which a fused kernel reads from
+    registers or the caches."""
+    rank = max((len(program.values[r].type.shape) for r in op.results), default=0)
+    full = 0
+    for u in op.operands:
+        if not isinstance(u, int):
+            continue
+        shape = program.values[u].type.shape
+        made = program.values[u].producer
+        while made is not None and program.ops[made].primitive in FREE:
+            first = program.ops[made].operands[0]
+            made = program.values[first].producer if isinstance(first, int) else None
+        if made is not None and program.ops[made].primitive in ("broadcast_in_dim", "iota"):
+            continue
+        if math.prod(shape) > 1 and len(shape) >= rank:
+            full += 1
+    return full
+
+
+def recomputed(program) -> frozenset:
+    """The values a compiler recomputes inside each fused kernel that reads them, rather
+    than reading them from a buffer, even where it also writes one for readers that do not
+    fuse (XLA's instruction fusion duplicates producers): bitcasts (``FREE``), and
+    elementwise values (``FUSIBLE``) except
+
+    - an expensive one (``EXPENSIVE``) read by several ops: computed once;
+    - one made from more bytes than it holds by an op with two or more full-size inputs
+      (``_full_inputs``; a sum of two arrays), where some reader cannot fuse it
+      (``_fuses_its_input``: a collective, a matmul reading it as it is, a reduction:
+      XLA's CPU row reductions are library kernels that fuse nothing): recomputing it in
+      the other readers would read its inputs again on top of the buffer.
+
+    Checked on the LM on CPU: the copy feeding a layer's weight gradient recomputes the
+    residual stream's gradient through every later layer's layer-norm backward, reading
+    each layer's residual sum (read by its layer norm's row reduction) and the row
+    statistics from their buffers."""
+    out = set()
+    for value in program.values:
+        made = value.producer
+        if made is None:
+            continue
+        op = program.ops[made]
+        if op.primitive in FREE:
+            out.add(value.id)
+            continue
+        if op.primitive not in FUSIBLE:
+            continue
+        readers = _readers(program, value.id)
+        if op.primitive in EXPENSIVE and len({r.id for r, _ in readers}) > 1:
+            continue
+        if _full_inputs(program, op) > 1:
+            inputs = sum(
+                tensor_bytes(program.values[u].type)
+                for u in dict.fromkeys(op.operands)
+                if isinstance(u, int)
+            )
+            if inputs > sum(tensor_bytes(program.values[r].type) for r in op.results) and not all(
+                _fuses_its_input(program, r, k) for r, k in readers
+            ):
+                continue
+        out.add(value.id)
+    return frozenset(out)
+
+
+def copy_reads(
+    program, v: int, recomputed: frozenset, buffered=frozenset()
+) -> tuple[frozenset, tuple] | None:
     """What a transposed copy of value ``v`` reads once a compiler fuses it into the
-    elementwise kernel that makes ``v``: ``(values kept fused on the way, ((op id, operand
-    index), ...) of the reads from memory)``, walking back from ``v`` through fused values
-    and bitcasts (``FREE``) other than ``buffered`` ones (a value a plan redistributes is
-    read from its own buffer); None where ``v`` is not made by an elementwise op (the copy
-    reads ``v`` itself). XLA emits the copy as a loop over the transposed result that
-    evaluates the whole chain, so each input is read in transposed order (checked on CPU:
-    the LM's layer-norm backward, fused into the copy its weight gradient reads, reads
-    fifteen arrays)."""
-    producer = program.values[v].producer
-    if producer is None or program.ops[producer].primitive not in FUSIBLE:
+    elementwise kernel that makes ``v``: ``(values recomputed on the way, ((op id, operand
+    index), ...) of the reads from memory)``, walking back from ``v`` through the values
+    the kernel recomputes (``recomputed``) other than ``buffered`` ones (a value a plan
+    redistributes is read from its own buffer); None where ``v`` is not one of them (made
+    by another kind of op, or written once for all its readers: the copy reads ``v``).
+    XLA emits the copy as a loop over the transposed result that evaluates the whole
+    chain, so each input is read in transposed order (checked on CPU: the LM's copy for a
+    layer's weight gradient reads up to 73 arrays)."""
+    if v not in recomputed:
         return None
-    path, reads, stack, seen = set(), [], [producer], {v}
+    path, reads, stack, seen = set(), [], [program.values[v].producer], {v}
     while stack:
         op = program.ops[stack.pop()]
         for i, u in enumerate(op.operands):
             if not isinstance(u, int) or u in seen:
                 continue
             seen.add(u)
-            made_by = program.values[u].producer
-            if (
-                made_by is not None
-                and u not in buffered
-                and (u in fused or program.ops[made_by].primitive in FREE)
-            ):
+            if u in recomputed and u not in buffered:
                 path.add(u)
-                stack.append(made_by)
+                stack.append(program.values[u].producer)
             else:
                 reads.append((op.id, i))
     return frozenset(path), tuple(reads)
@@ -330,6 +426,7 @@ class _Static:
     unbuffered: frozenset  # fused | folded: values the memory model gives no buffer of their own
     in_place: frozenset  # positions of elementwise kernels
     copies: tuple  # (op id, operand indices read through a transposed copy)
+    recomputed: frozenset  # values each fused kernel reading them recomputes (``recomputed``)
     # (op id, operand index) of each copy -> what the copy reads (see ``copy_reads``)
     copy_reads: dict
     copy_kept: dict  # (op id, operand index) -> (leading, trailing) dims left in place
@@ -377,8 +474,9 @@ class _Static:
                         copies.append((op.id, ks))
                         wanted = wanted_orders(op, ranks)
                         kept.update({(op.id, k): kept_in_place(wanted[k]) for k in ks})
+            again = recomputed(program)
             reads = {
-                (o_id, k): copy_reads(program, program.ops[o_id].operands[k], fused)
+                (o_id, k): copy_reads(program, program.ops[o_id].operands[k], again)
                 for o_id, ks in copies
                 for k in ks
             }
@@ -391,6 +489,7 @@ class _Static:
                 unbuffered=frozenset(fused | folded),
                 in_place=frozenset(i for i, op in enumerate(order) if op.primitive in FUSIBLE),
                 copies=tuple(copies),
+                recomputed=again,
                 copy_reads=reads,
                 copy_kept=kept,
                 optimizer_ops=tuple(op.id for op in program.ops if op.phase == "optimizer"),
@@ -579,7 +678,7 @@ class _Simulator:
             walks = self.program.__dict__.setdefault("_copy_reads_cut", {})
             key = (op_id, k, cut)
             if key not in walks:
-                walks[key] = copy_reads(self.program, operand, self.static.fused, cut)
+                walks[key] = copy_reads(self.program, operand, self.static.recomputed, cut)
             reads = walks[key]
         read = 0.0
         for reader, i in reads[1]:
