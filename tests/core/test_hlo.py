@@ -247,6 +247,32 @@ ENTRY %main (x: f32[64,32], y: f32[64,32]) -> (f32[32,64], f32[2048]) {
     assert (t.name, t.read, t.written, t.count) == ("copy_add_fusion", 2 * 8192, 8192, 1)
 
 
+def test_a_transposing_fusion_counts_the_slices_it_touches_of_stacked_arrays():
+    # inside a scan, a fusion reads one layer's slice of a stacked array and writes its
+    # transposed result into one slice of another, in place: those slices are what moves
+    text = """
+%fused (stack: f32[4,64,32], out: f32[4,32,64], i: s32[]) -> f32[4,32,64] {
+  %stack = f32[4,64,32]{2,1,0} parameter(0)
+  %out = f32[4,32,64]{2,1,0} parameter(1)
+  %i = s32[] parameter(2)
+  %z = s32[] constant(0)
+  %ds = f32[1,64,32]{2,1,0} dynamic-slice(%stack, %i, %z, %z), dynamic_slice_sizes={1,64,32}
+  %t = f32[1,32,64]{1,2,0} transpose(%ds), dimensions={0,2,1}
+  %c = f32[1,32,64]{2,1,0} copy(%t)
+  ROOT %dus = f32[4,32,64]{2,1,0} dynamic-update-slice(%out, %c, %i, %z, %z)
+}
+
+ENTRY %main (x: f32[4,64,32], y: f32[4,32,64], i: s32[]) -> f32[4,32,64] {
+  %x = f32[4,64,32]{2,1,0} parameter(0)
+  %y = f32[4,32,64]{2,1,0} parameter(1)
+  %i = s32[] parameter(2)
+  ROOT %f = f32[4,32,64]{2,1,0} fusion(%x, %y, %i), kind=kLoop, calls=%fused
+}
+"""
+    (t,) = parse_transposes(text)
+    assert (t.read, t.written) == (8192 + 4, 8192)
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [

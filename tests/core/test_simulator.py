@@ -345,14 +345,14 @@ def test_against_what_xla_compiles(model, strategy):
     assert ours == pytest.approx(xla, rel=0.02)
 
 
-@pytest.mark.parametrize("model", ["lm", "cnn"])
+@pytest.mark.parametrize("model", ["lm", "lm_scan", "cnn"])
 @pytest.mark.parametrize("strategy", ["none", "BP", "MP", "BP+MP"])
 def test_transposed_copies_against_what_xla_compiles(model, strategy):
     """The bytes the simulator's transposed operand copies read match what XLA's
     transposing kernels read for the same plan: within 15% in all, and within 5% over
     the eight largest (the LM's copies for its weight gradients, which recompute the
-    residual stream's gradient through every later layer; the CNN's copies of activations
-    into the order its convolutions read)."""
+    residual stream's gradient through every later layer, unrolled or in a scan; the CNN's
+    copies of activations into the order its convolutions read)."""
     from workbench.core.hlo import parse_transposes
     from workbench.core.simulator import _Simulator, _Static
 

@@ -688,7 +688,11 @@ class HloTranspose:
 
 
 def parse_transposes(hlo_text: str) -> list[HloTranspose]:
-    """Every transposing fusion in ``hlo_text`` (compiled, per-device HLO), in text order."""
+    """Every transposing fusion in ``hlo_text`` (compiled, per-device HLO), in text order.
+
+    What a fusion reads and writes inside a loop is what it touches: an operand it only
+    dynamic-slices counts its slices, the buffer a dynamic-update-slice writes into
+    in place counts nothing read and the update written (a scan's stacked arrays)."""
     module = _parse_module(hlo_text)
     counts = loop_counts(module)
     found = []
@@ -696,14 +700,40 @@ def parse_transposes(hlo_text: str) -> list[HloTranspose]:
         for instr in instrs.values():
             if instr.opcode != "fusion" or "calls" not in instr.attrs:
                 continue
-            body = module.computations.get(instr.attrs["calls"].lstrip("%"), {})
+            called = instr.attrs["calls"].lstrip("%")
+            body = module.computations.get(called, {})
             if not any(inner.opcode == "transpose" for inner in body.values()):
                 continue
-            read = _nbytes(
-                a
-                for operand in dict.fromkeys(instr.operands)
-                for a in _elements(instrs[operand].shape)
-            )
-            written = _nbytes(_elements(instr.shape))
+            params = {
+                int(_ints(inner.operands[0])[0]): inner.name
+                for inner in body.values()
+                if inner.opcode == "parameter"
+            }
+            read, seen = 0, set()
+            for k, operand in enumerate(instr.operands):
+                if operand in seen:
+                    continue
+                seen.add(operand)
+                uses = module.users.get((called, params.get(k, "")), ())
+                read += _touched(uses, instrs[operand].shape)
+            root = body.get(module.roots.get(called, ""))
+            while root is not None and root.opcode == "bitcast":
+                root = body.get(root.operands[0])
+            if root is not None and root.opcode == "dynamic-update-slice":
+                written = _nbytes(_elements(body[root.operands[1]].shape))
+            else:
+                written = _nbytes(_elements(instr.shape))
             found.append((instr.line, HloTranspose(instr.name, read, written, counts.get(comp, 1))))
     return [t for _, t in sorted(found, key=lambda pair: pair[0])]
+
+
+def _touched(uses, shape) -> int:
+    """Bytes a fused computation reads of a parameter of ``shape`` used as ``uses``: the
+    slices where it only dynamic-slices it, nothing where it only updates it in place."""
+    if uses and all(
+        u.opcode in ("dynamic-slice", "dynamic-update-slice") and k == 0 for u, k in uses
+    ):
+        return _nbytes(
+            a for u, _ in uses if u.opcode == "dynamic-slice" for a in _elements(u.shape)
+        )
+    return _nbytes(_elements(shape))
