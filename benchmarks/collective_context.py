@@ -3,9 +3,10 @@
 ``calibrate()`` times each collective as the slope over chains of dependent collectives:
 the devices arrive at every rendezvous together. In a step, a collective follows a stretch
 of compute, and every device must finish its own before any can go on. On devices that
-run side by side (accelerators) that costs little more; on virtual CPU devices sharing a
-few cores, the host's threads reach the rendezvous at different times and the early ones
-wait for the late ones. This benchmark measures that cost on the attached devices.
+run side by side (accelerators) what that adds is the skew between them; on virtual CPU
+devices sharing a few cores, the host's threads reach the rendezvous at different times and the early ones
+wait for the late ones. This benchmark measures that cost on the attached devices, in two
+tables.
 
 Per group size (groups of 2, 4, ... over all devices, every group at once) and per stretch
 of compute (a chain of small matmul, tanh and row-max kernels on every device), it times a
@@ -13,6 +14,11 @@ program that runs the stretch then all-reduces a buffer, against one that runs t
 then updates the buffer locally, in interleaved rounds. *extra* is what the all-reduce adds
 (median over rounds, and the difference of the 10th percentiles); *in a chain* is the same
 all-reduce timed as ``calibrate()`` times it (slope over chains, fastest runs).
+
+The second table does the same on a model: the tiny zoo LM's training step under batch
+parallelism at batch b, against the unsharded step at batch b / 2, whose local shapes are
+the same, so the difference is what BP's one (combined) gradient all-reduce costs in the
+step, beside that all-reduce timed in a chain.
 
     python benchmarks/collective_context.py [--rounds 200] [--kilobytes 80]
 """
@@ -34,7 +40,10 @@ from jax.sharding import PartitionSpec as P
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import workbench as wb
 from workbench.core.calibrate import fastest_time
+from workbench.core.run import TrainingStep, example_inputs
+from workbench.models import build, lm
 
 #: Links per stretch of compute, each three kernels (a matmul, tanh with the add, a row max).
 LINKS = (10, 50, 150)
@@ -91,6 +100,43 @@ def interleaved(fns, args, rounds: int) -> list[list[float]]:
     return times
 
 
+def same_local_shapes(devices, rounds: int, repeats: int = 10) -> list[list]:
+    """Rows of the second table: the tiny LM under BP at batch b against unsharded at b / 2."""
+    n = devices.size
+    mesh = wb.Mesh({"batch": 2, "model": n // 2})
+    pairs = Mesh(devices.reshape(n // 2, 2), ("r", "g"))
+    rows = []
+    for batch in (8, 16):
+        steps, reduced = [], 0
+        for schedule, b in (([], batch // 2), ([wb.BP("batch")], batch)):
+            ex = build("lm", lm.Config.preset("tiny", batch=b))
+            s = wb.Session(wb.capture(ex.fn, *ex.args), mesh, schedule)
+            steps.append(TrainingStep(s, example_inputs(s.program)))
+            reduced += sum(c.bytes for c in s.collectives() if c.kind == "all-reduce")
+        times = [[] for _ in steps]
+        for _ in range(rounds):
+            for step, ts in zip(steps, times):
+                runs = []
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    step()
+                    runs.append(time.perf_counter() - t0)
+                ts.append(statistics.median(runs))
+        alone, bp = (statistics.median(ts) for ts in times)
+        chain_s = chained(pairs, jnp.ones((reduced // 4,), jnp.float32))
+        rows.append(
+            [
+                batch,
+                f"{alone * 1e3:.2f}",
+                f"{bp * 1e3:.2f}",
+                f"{(bp - alone) * 1e3:.2f}",
+                f"{reduced >> 10} KiB",
+                f"{chain_s * 1e6:.0f}",
+            ]
+        )
+    return rows
+
+
 def p10(xs) -> float:
     return sorted(xs)[len(xs) // 10]
 
@@ -142,6 +188,25 @@ def main():
                 "median / chain",
             ],
             rows,
+        )
+    )
+    n_rounds = max(args.rounds // 16, 4)
+    print(
+        f"\nThe tiny LM's step, BP at batch b against unsharded at b / 2 (the same local "
+        f"shapes), on mesh {{batch: 2, model: {n // 2}}}; median over {n_rounds} interleaved "
+        "rounds of the median of 10 steps\n"
+    )
+    print(
+        _common.table(
+            [
+                "b",
+                "unsharded at b / 2 ms",
+                "BP at b ms",
+                "difference ms",
+                "all-reduced",
+                "in a chain us",
+            ],
+            same_local_shapes(devices, n_rounds),
         )
     )
 
