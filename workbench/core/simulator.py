@@ -251,8 +251,7 @@ def recomputed(program) -> frozenset:
             continue
         if op.primitive not in FUSIBLE:
             continue
-        readers = _readers(program, value.id)
-        if op.primitive in EXPENSIVE and len({r.id for r, _ in readers}) > 1:
+        if op.primitive in EXPENSIVE and len({r.id for r, _ in _readers(program, value.id)}) > 1:
             continue
         if _full_inputs(program, op) > 1:
             inputs = sum(
@@ -261,7 +260,7 @@ def recomputed(program) -> frozenset:
                 if isinstance(u, int)
             )
             if inputs > sum(tensor_bytes(program.values[r].type) for r in op.results) and not all(
-                _fuses_its_input(program, r, k) for r, k in readers
+                _fuses_its_input(program, r, k) for r, k in _readers(program, value.id)
             ):
                 continue
         out.add(value.id)
