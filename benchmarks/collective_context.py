@@ -41,7 +41,7 @@ from jax.sharding import PartitionSpec as P
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import workbench as wb
-from workbench.core.calibrate import fastest_time
+from workbench.core.calibrate import chain_time
 from workbench.core.run import TrainingStep, example_inputs
 from workbench.models import build, lm
 
@@ -67,25 +67,10 @@ def programs(mesh: Mesh, links: int):
     return [jax.jit(jax.shard_map(functools.partial(body, reduce=r), **specs)) for r in (1, 0)]
 
 
-def chained(mesh: Mesh, v, extra: int = 8) -> float:
+def chained(mesh: Mesh, v) -> float:
     """Seconds of one all-reduce of ``v`` as calibrate times it: the slope over chains."""
-
-    def chain(v, length):
-        for _ in range(length):
-            v = jax.lax.psum(v, "g")
-        return v
-
-    times = []
-    for length in (1, 1 + extra):
-        fn = jax.shard_map(
-            functools.partial(chain, length=length),
-            mesh=mesh,
-            in_specs=P(),
-            out_specs=P(),
-            check_vma=False,
-        )
-        times.append(fastest_time(jax.jit(fn), v, repeats=9))
-    return max((times[1] - times[0]) / extra, 0.0)
+    link = functools.partial(jax.lax.psum, axis_name="g")
+    return max(chain_time(mesh, link, v, P(), extra=8, repeats=9), 0.0)
 
 
 def interleaved(fns, args, rounds: int) -> list[list[float]]:
@@ -116,12 +101,7 @@ def same_local_shapes(devices, rounds: int, repeats: int = 10) -> list[list]:
         times = [[] for _ in steps]
         for _ in range(rounds):
             for step, ts in zip(steps, times):
-                runs = []
-                for _ in range(repeats):
-                    t0 = time.perf_counter()
-                    step()
-                    runs.append(time.perf_counter() - t0)
-                ts.append(statistics.median(runs))
+                ts.append(_common.median_time(step, repeats))
         alone, bp = (statistics.median(ts) for ts in times)
         chain_s = chained(pairs, jnp.ones((reduced // 4,), jnp.float32))
         rows.append(

@@ -443,6 +443,24 @@ def _chain_link(kind: str, g: int):
     return lambda v: jax.lax.ppermute(v, "g", [(i, (i + 1) % g) for i in range(g)])
 
 
+def chain_time(mesh, link, x, spec, *, extra: int, repeats: int) -> float:
+    """Seconds per link of ``link`` (a collective over mesh axis "g" that keeps its input's
+    shape) on ``x``: the slope between the fastest runs of chains of 1 and 1 + ``extra``
+    dependent links, so a program's dispatch is not part of it and the devices' rendezvous
+    at each link is."""
+    times = []
+    for length in (1, 1 + extra):
+
+        def chain(v, length=length):
+            for _ in range(length):
+                v = link(v)
+            return v
+
+        fn = jax.shard_map(chain, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
+        times.append(fastest_time(jax.jit(fn), x, repeats=repeats))
+    return (times[1] - times[0]) / extra
+
+
 def measure_collectives(mesh, *, quick=False, op_overhead=0.0) -> tuple[list[Sample], str]:
     """Every collective kind at several sizes over groups of 2, 4, ... devices, every group
     at once (as a mesh axis runs), timed where a step runs them: inside a program, one after
@@ -467,21 +485,6 @@ def measure_collectives(mesh, *, quick=False, op_overhead=0.0) -> tuple[list[Sam
         gathers = {}  # bytes -> seconds of one all-gather link at that size
         for kind in KINDS:  # all-gather first: a reduce-scatter is timed less its all-gather
             link = _chain_link(kind, g)
-            chains = []
-            for length in (1, 1 + extra):
-
-                def chain(v, link=link, length=length):
-                    for _ in range(length):
-                        v = link(v)
-                    return v
-
-                chains.append(
-                    jax.jit(
-                        jax.shard_map(
-                            chain, mesh=sub, in_specs=spec, out_specs=spec, check_vma=False
-                        )
-                    )
-                )
             for nbytes in sizes:
                 # every kind moves `size` bytes, a whole number of shares of the group (an
                 # all-gather's input is one share, a reduce-scatter's input splits into g)
@@ -492,8 +495,7 @@ def measure_collectives(mesh, *, quick=False, op_overhead=0.0) -> tuple[list[Sam
                     lambda e=elems: jnp.ones((n * e,), jnp.float32),
                     out_shardings=NamedSharding(sub, spec),
                 )()
-                short, long = (fastest_time(fn, x, repeats=repeats) for fn in chains)
-                seconds = (long - short) / extra
+                seconds = chain_time(sub, link, x, spec, extra=extra, repeats=repeats)
                 if kind == "all-gather":
                     gathers[size] = seconds = seconds - op_overhead
                 elif kind == "reduce-scatter":  # the pair less its all-gather
