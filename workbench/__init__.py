@@ -8,11 +8,11 @@ wb.Workbench(train_step, params, opt_state, batch, mesh=mesh)   # the notebook w
 """
 
 from workbench.core import hardware
-from workbench.core.capture import capture, tag
 from workbench.core.errors import WorkbenchError
+from workbench.core.ir.capture import capture, tag
+from workbench.core.ir.program import Program
 from workbench.core.mesh import Mesh
 from workbench.core.partition import partition
-from workbench.core.program import Program
 from workbench.core.search import Auto
 from workbench.core.session import Session
 from workbench.core.sharding import Sharding

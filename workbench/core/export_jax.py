@@ -10,7 +10,7 @@ numbers, not our code.
 
 from __future__ import annotations
 
-from workbench.core.capture import CALL_PRIMITIVES
+from workbench.core.ir.capture import CALL_PRIMITIVES
 
 _TEMPLATE = '''"""Shardings of {name!r} on a {mesh_text} mesh, exported by workbench. Needs only JAX.
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 import jax
 from jax.sharding import NamedSharding
 
-from workbench.core.capture import bind_arguments, capture
+from workbench.core.ir.capture import bind_arguments, capture
 from workbench.core.lowering.explicit import spec
 from workbench.core.mesh import Mesh
 from workbench.core.session import Session

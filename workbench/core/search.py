@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from workbench.core.errors import TacticError, WorkbenchError
+from workbench.core.ir.selectors import select
 from workbench.core.mesh import Mesh
 from workbench.core.plan import build_plan
-from workbench.core.selectors import select
 from workbench.core.simulator import estimate
 from workbench.core.state import State
 from workbench.core.strategies import companions

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from workbench.core.errors import HistoryError, WorkbenchError
 from workbench.core.explain import ConflictReport, Why, report, why
+from workbench.core.ir.program import Program
 from workbench.core.mesh import Mesh
-from workbench.core.program import Program
 from workbench.core.sharding import Sharding
 from workbench.core.state import State
 from workbench.core.tactics import Tactic, apply_tactic
@@ -118,7 +118,7 @@ class Session:
 
     def shardings(self, selector=None) -> dict[str, Sharding]:
         """Name -> sharding, for every value or those ``selector`` matches."""
-        from workbench.core.selectors import select
+        from workbench.core.ir.selectors import select
 
         ids = (
             range(len(self.program.values)) if selector is None else select(self.program, selector)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench.core.errors import TacticError
-from workbench.core.selectors import select
+from workbench.core.ir.selectors import select
 from workbench.core.tactics import Atomic, Replicate, Tactic, Tile
 
 #: Default selectors, matching the zoo's names.

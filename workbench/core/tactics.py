@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from workbench.core.errors import TacticError, WorkbenchError, closest_names
 from workbench.core.gcpause import without_gc
+from workbench.core.ir.selectors import Selector, select
 from workbench.core.mesh import Mesh
 from workbench.core.propagation import Propagator
-from workbench.core.selectors import Selector, select
 from workbench.core.state import State
 
 

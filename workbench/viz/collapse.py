@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.program import Program
+from workbench.core.ir.program import Program
 
 PHASES = ("forward", "backward", "optimizer")
 #: Op nodes an automatic collapse aims to stay under: ``dot`` lays out a training step's

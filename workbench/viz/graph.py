@@ -27,8 +27,8 @@ import graphviz
 
 from workbench.core.collectives import Collective
 from workbench.core.explain import report
+from workbench.core.ir.program import Op, Program
 from workbench.core.mesh import Mesh
-from workbench.core.program import Op, Program
 from workbench.core.sharding import Sharding
 from workbench.core.state import State
 from workbench.core.units import format_bytes

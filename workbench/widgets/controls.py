@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import ipywidgets as w
 
+from workbench.core.ir.selectors import select
 from workbench.core.search import Auto
-from workbench.core.selectors import select
 from workbench.core.strategies import STRATEGIES, suggested_axis
 from workbench.core.tactics import Atomic, Replicate, Tile
 from workbench.core.units import format_bytes, format_seconds

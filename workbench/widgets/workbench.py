@@ -16,10 +16,10 @@ import re
 import ipywidgets as w
 
 from workbench.core import hardware as presets
-from workbench.core.capture import capture
 from workbench.core.errors import WorkbenchError
 from workbench.core.export import to_json
-from workbench.core.program import Program
+from workbench.core.ir.capture import capture
+from workbench.core.ir.program import Program
 from workbench.core.session import Session
 from workbench.viz import (
     collective_rows,

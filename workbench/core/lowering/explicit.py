@@ -12,12 +12,12 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec
 
+from workbench.core.ir.program import Lit
 from workbench.core.lowering.interpret import Interpreter, literal
 from workbench.core.lowering.local import bind_local
 from workbench.core.lowering.steps import run_step
 from workbench.core.mesh import Mesh
 from workbench.core.plan import Fetch, Plan
-from workbench.core.program import Lit
 from workbench.core.redistribute import as_layout, layout_key
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from jax import lax
 
-from workbench.core.program import Lit, Op
+from workbench.core.ir.program import Lit, Op
 
 
 def literal(lit: Lit):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import jax
@@ -22,7 +23,9 @@ import numpy as np
 from jax.extend import core as jex
 
 from workbench.core.errors import CaptureError
-from workbench.core.program import Lit, Op, Operand, Program, Region, Value
+from workbench.core.ir.dtypes import as_dtype
+from workbench.core.ir.phases import dataflow_phases
+from workbench.core.ir.program import Lit, Op, Operand, Program, Region, Value
 
 #: Primitives whose sub-jaxpr is inlined into the caller (the engine sees straight through).
 CALL_PRIMITIVES = {
@@ -107,7 +110,7 @@ class _Builder:
                 id=vid,
                 name=self.unique(name),
                 shape=tuple(int(d) for d in aval.shape),
-                dtype=np.dtype(aval.dtype),
+                dtype=as_dtype(aval.dtype),
                 kind=kind,
                 producer=producer,
                 region_of=region_of,
@@ -125,7 +128,7 @@ class _Builder:
     def read(self, env: dict, atom) -> Operand:
         if isinstance(atom, jex.Literal):
             aval = atom.aval
-            return Lit(atom.val, tuple(aval.shape), np.dtype(aval.dtype))
+            return Lit(atom.val, tuple(aval.shape), as_dtype(aval.dtype))
         return env[atom]
 
     def bind_consts(self, closed, env, prefix, region_of):
@@ -173,9 +176,7 @@ class _Builder:
         self.ops.append(None)
         prefix = self.prefix(ctx)
         name = self.op_name(prefix, prim)
-        phase = "backward" if ctx["backward"] else "forward"
-        if "optimizer" in ctx["scope"]:
-            phase = "optimizer"
+        phase = "backward" if ctx["backward"] else "forward"  # the update: see ``phases``
         results = []
         for k, var in enumerate(eqn.outvars):
             if prim == TAG_PRIMITIVE:
@@ -353,7 +354,7 @@ def capture(fn: Callable, *args, **kwargs) -> Program:
     concrete = all(_is_concrete(leaf) for leaf in leaves)
     return Program(
         values=tuple(Value(**rec) for rec in b.values),
-        ops=tuple(b.ops),
+        ops=_with_phases(b.ops, body, b.values),
         body=tuple(body),
         inputs=tuple(inputs),
         outputs=outputs,
@@ -367,6 +368,30 @@ def capture(fn: Callable, *args, **kwargs) -> Program:
         fn=fn,
         name=getattr(fn, "__name__", "program"),
     )
+
+
+def _with_phases(ops: list[Op], body: list[int], values: list[dict]) -> tuple[Op, ...]:
+    """Ops with their phase from dataflow (see ``phases``); region ops share their loop's."""
+    position = {o: i for i, o in enumerate(body)}
+    reads: list[list[int]] = [[] for _ in body]
+    readers: list[list[int]] = [[] for _ in body]
+    for i, o in enumerate(body):
+        for v in ops[o].operands:
+            producer = values[v]["producer"] if isinstance(v, int) else None
+            if producer in position:
+                reads[i].append(position[producer])
+                readers[position[producer]].append(i)
+    top = dataflow_phases(len(body), reads, readers, [ops[o].phase == "backward" for o in body])
+    phase = {o: top[i] for i, o in enumerate(body)}
+    for i, o in enumerate(body):  # a tag is the identity: it belongs where its operand is made
+        if ops[o].primitive == TAG_PRIMITIVE and reads[i]:
+            phase[o] = phase[body[reads[i][0]]]
+    out = []
+    for op in ops:  # a region op comes before the ops of its regions
+        p = phase.get(op.id) or ("backward" if op.phase == "backward" else phase[op.parent])
+        phase[op.id] = p
+        out.append(op if p == op.phase else replace(op, phase=p))
+    return tuple(out)
 
 
 def tag(x: Any, name: str) -> Any:

@@ -150,7 +150,7 @@ class Program:
         """Value names in id order, optionally filtered by a glob (see ``select``)."""
         if pattern is None:
             return [v.name for v in self.values]
-        from workbench.core.selectors import select
+        from workbench.core.ir.selectors import select
 
         return [self.values[i].name for i in select(self, pattern)]
 
@@ -204,6 +204,15 @@ class Program:
         from workbench.core.rules import mapping_of
 
         return tuple(mapping_of(self, op) for op in self.ops)
+
+    def anatomy(self):
+        """What the program is made of, read from its structure (``ir.anatomy``); built once."""
+        cached = self.__dict__.get("_anatomy")
+        if cached is None:
+            from workbench.core.ir.anatomy import build_anatomy
+
+            cached = self.__dict__["_anatomy"] = build_anatomy(self)
+        return cached
 
     def mapping(self, op: Op | int) -> FactorMapping:
         return self.mappings[op if isinstance(op, int) else op.id]

@@ -1,0 +1,317 @@
+"""Anatomy: what a training step is made of, read from its structure alone.
+
+Nothing here looks at a value's, scope's or argument's name: names are only what a user
+passes to correct a finding. From the dataflow, the phases (``phases``) and the dimension
+classes (``dims``):
+
+- *parameters*: inputs the forward or backward pass reads whose update the optimizer
+  computes elementwise (the update's same-shaped chain holds exactly one such input);
+- their *gradients* (what the backward pass hands that chain), *optimizer state* (the
+  other inputs in it: moments, a master copy; and inputs only the update reads, like a
+  step counter) and *updates* (the outputs made in it);
+- *data inputs* (the other inputs the forward pass reads, random keys aside) and their
+  *batch* dimension: the dimension class every data input carries, no parameter does,
+  and no op carries twice (the sequence, which attention carries twice, comes second);
+- layers (``layers``): repeated blocks, projections, attention, MLP, embeddings.
+
+Each finding says what it rests on (``evidence``) and how sure it is (``confidence``).
+``Program.anatomy()`` builds it once per program.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from workbench.core.ir.dims import DimClasses, _UnionFind, dimension_classes
+
+RANDOM_PRIMITIVES = frozenset(
+    {"random_wrap", "random_seed", "random_bits", "random_split", "random_fold_in", "threefry2x32"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One thing the workbench sees: a role, the values in it, the dimension it is about."""
+
+    role: str
+    values: tuple[int, ...]
+    dim: int | None
+    evidence: str
+    confidence: float
+
+
+def is_key(value) -> bool:
+    """A typed random key (an extended dtype such as ``key<fry>``)."""
+    return getattr(value.dtype, "kind", "") == "V" or "key<" in str(value.dtype)
+
+
+@dataclass(eq=False)
+class Anatomy:
+    """The roles of a program's values; see the module docstring."""
+
+    program: object
+    classes: DimClasses
+    parameters: tuple[int, ...]
+    state: dict[int, tuple[int, ...]]  # parameter -> optimizer-state inputs shaped like it
+    gradients: dict[int, int]  # parameter -> its gradient
+    updates: dict[int, tuple[int, ...]]  # parameter -> outputs computed in its update
+    new_params: dict[int, int]  # parameter -> the output it is returned as
+    optimizer_state: tuple[int, ...]  # every optimizer-state input
+    keys: tuple[int, ...]  # random keys
+    data: tuple[tuple[int, int | None], ...]  # data input, its batch dim (None: it has none)
+    batch_class: int | None
+    sequence_class: int | None
+    findings: list[Finding] = field(default_factory=list)
+
+    @cached_property
+    def layers(self):
+        """Repeated blocks, projections, attention, MLP and embeddings (see ``layers``)."""
+        from workbench.core.ir.layers import find_layers
+
+        return find_layers(self)
+
+    def role_of(self, value: int) -> str:
+        """ "parameter", "gradient", "optimizer_state", "data", "key" or "activation"."""
+        return self._roles.get(value, "activation")
+
+    @cached_property
+    def _roles(self) -> dict[int, str]:
+        roles = {p: "parameter" for p in self.parameters}
+        roles.update({g: "gradient" for g in self.gradients.values()})
+        roles.update({s: "optimizer_state" for s in self.optimizer_state})
+        roles.update({k: "key" for k in self.keys})
+        roles.update({d: "data" for d, _ in self.data})
+        for p, outs in self.updates.items():
+            for o in outs:
+                roles.setdefault(
+                    o, "parameter" if self.new_params.get(p) == o else "optimizer_state"
+                )
+        return roles
+
+    def companions(self, param: int) -> tuple[int, ...]:
+        """Values that hold the parameter's layout in a training loop: its optimizer state
+        and the outputs its update returns."""
+        return (*self.state.get(param, ()), *self.updates.get(param, ()))
+
+
+def _producers(program, op) -> list[int]:
+    return [
+        program.values[v].producer
+        for v in op.operands
+        if isinstance(v, int) and program.values[v].producer is not None
+    ]
+
+
+def _update_chains(program) -> _UnionFind:
+    """Values joined by the optimizer's elementwise ops and by loops' and branches' carries
+    (same shape, rank >= 1): each parameter's update chain."""
+    uf = _UnionFind(len(program.values))
+    for op, m in zip(program.ops, program.mappings):
+        if op.phase != "optimizer":
+            continue
+        if op.regions:  # a branch or loop of the update: its inputs and outputs line up
+            for region in op.regions:
+                _join_same_shape(program, uf, op.operands[-len(region.inputs) :], region.inputs)
+                _join_same_shape(program, uf, region.outputs, op.results[: len(region.outputs)])
+            continue
+        tensors = [
+            (t, d)
+            for t, d in zip((*op.linked_operands, *op.linked_results), (*m.operands, *m.results))
+            if isinstance(t, int) and program.values[t].shape
+        ]
+        if len(tensors) < 2 or m.contracting or len({d for _, d in tensors}) != 1:
+            continue
+        for t, _ in tensors[1:]:
+            uf.union(tensors[0][0], t)
+    return uf
+
+
+def _join_same_shape(program, uf, a, b) -> None:
+    for x, y in zip(a, b):
+        if isinstance(x, int) and isinstance(y, int):
+            vx, vy = program.values[x], program.values[y]
+            if vx.shape and vx.shape == vy.shape:
+                uf.union(x, y)
+
+
+def build_anatomy(program) -> Anatomy:
+    """Read the roles of ``program``'s values (see the module docstring)."""
+    values, ops = program.values, program.ops
+    classes = dimension_classes(program)
+    phase_readers: dict[int, set[str]] = {}
+    for v in range(len(values)):
+        phase_readers[v] = {ops[u].phase for u in program.users[v]}
+    findings: list[Finding] = []
+    keys = tuple(
+        i
+        for i in program.inputs
+        if is_key(values[i])
+        or (
+            program.users[i]
+            and all(ops[u].primitive in RANDOM_PRIMITIVES for u in program.users[i])
+        )
+    )
+    key_set = set(keys)
+
+    chains = _update_chains(program)
+    chain_members: dict[int, list[int]] = {}
+    for v in range(len(values)):
+        if values[v].region_of is None:
+            chain_members.setdefault(chains.find(v), []).append(v)
+    outputs = [o for o in program.outputs if isinstance(o, int)]
+    parameters, state, gradients, updates, new_params = [], {}, {}, {}, {}
+    for members in chain_members.values():
+        if len(members) < 2:
+            continue
+        inputs = [v for v in members if values[v].kind == "input" and v not in key_set]
+        read_by_model = [v for v in inputs if phase_readers[v] & {"forward", "backward"}]
+        if len(read_by_model) != 1:
+            continue
+        (p,) = read_by_model
+        grads = [
+            v
+            for v in members
+            if values[v].producer is not None
+            and ops[values[v].producer].phase == "backward"
+            and "optimizer" in phase_readers[v]
+        ]
+        if not grads:
+            continue
+        parameters.append(p)
+        gradients[p] = grads[-1]
+        state[p] = tuple(v for v in inputs if v != p)
+        outs = tuple(v for v in outputs if v in set(members))
+        updates[p] = outs
+        # a training loop feeds the outputs back in the order the inputs were passed: the
+        # first output of the parameter's dtype is the parameter
+        same = [o for o in outs if values[o].dtype == values[p].dtype]
+        if same:
+            new_params[p] = same[0]
+    parameters.sort()
+    in_chains = {s for p in parameters for s in state[p]}
+    optimizer_state = sorted(
+        in_chains
+        | {
+            i
+            for i in program.inputs
+            if i not in key_set and program.users[i] and phase_readers[i] == {"optimizer"}
+        }
+    )
+    param_set = set(parameters)
+    data_inputs = [
+        i
+        for i in program.inputs
+        if i not in param_set
+        and i not in key_set
+        and i not in set(optimizer_state)
+        and values[i].shape
+        and phase_readers[i] & {"forward", "backward"}
+    ]
+    batch_class, sequence_class, data = _batch(program, classes, param_set, data_inputs, findings)
+    if parameters:
+        findings.insert(
+            0,
+            Finding(
+                "parameter",
+                tuple(parameters),
+                None,
+                "inputs the model reads whose update the optimizer computes elementwise "
+                "from a gradient of the backward pass",
+                0.95,
+            ),
+        )
+        findings.insert(
+            1,
+            Finding(
+                "gradient",
+                tuple(gradients[p] for p in parameters),
+                None,
+                "backward-pass values each parameter's update reads",
+                0.95,
+            ),
+        )
+    if optimizer_state:
+        findings.insert(
+            2,
+            Finding(
+                "optimizer_state",
+                tuple(optimizer_state),
+                None,
+                "inputs only the update reads (moments, master copies, counters)",
+                0.9,
+            ),
+        )
+    if keys:
+        findings.append(Finding("key", keys, None, "random keys: typed keys or raw key data", 0.9))
+    return Anatomy(
+        program=program,
+        classes=classes,
+        parameters=tuple(parameters),
+        state=state,
+        gradients=gradients,
+        updates=updates,
+        new_params=new_params,
+        optimizer_state=tuple(optimizer_state),
+        keys=keys,
+        data=data,
+        batch_class=batch_class,
+        sequence_class=sequence_class,
+        findings=findings,
+    )
+
+
+def _batch(program, classes: DimClasses, params: set[int], data_inputs, findings):
+    """The batch class: carried by most data inputs, by no parameter, by no op twice; ties go
+    to the earlier dimension. The runner-up that attention carries twice is the sequence."""
+    values = program.values
+    param_classes = {c for p in params for c in classes.dims_of(p, len(values[p].shape))}
+    score: dict[int, list] = {}
+    for i in data_inputs:
+        for d, c in enumerate(classes.dims_of(i, len(values[i].shape))):
+            if c in param_classes:
+                continue
+            entry = score.setdefault(c, [0, d])
+            entry[0] += 1
+            entry[1] = min(entry[1], d)
+    if not score:
+        return None, None, tuple((i, None) for i in data_inputs)
+    ranked = sorted(score, key=lambda c: (-score[c][0], c in classes.conflicts, score[c][1]))
+    batch = ranked[0]
+    ties = [c for c in ranked[1:] if score[c][0] == score[batch][0]]
+    sure = 0.9 if not ties else (0.75 if batch not in classes.conflicts else 0.5)
+    data = []
+    for i in data_inputs:
+        dims = classes.dims_of(i, len(values[i].shape))
+        data.append((i, dims.index(batch) if batch in dims else None))
+    with_batch = tuple(i for i, d in data if d is not None)
+    why = f"the dimension class {len(with_batch)} of {len(data_inputs)} data inputs carry"
+    why += ", no parameter carries"
+    why += ", and no op carries twice" if batch not in classes.conflicts else ""
+    if ties:
+        why += f"; {len(ties)} other class(es) tie, the earlier dimension wins"
+    findings.append(
+        Finding(
+            "data",
+            tuple(data_inputs),
+            None,
+            "inputs the forward pass reads that are neither parameters, optimizer state nor keys",
+            0.9,
+        )
+    )
+    findings.append(Finding("batch", with_batch, data[0][1] if data else None, why, sure))
+    sequence = next((c for c in ties if c in classes.conflicts), None)
+    if sequence is not None:
+        seq_values = tuple(
+            i for i in data_inputs if sequence in classes.dims_of(i, len(values[i].shape))
+        )
+        findings.append(
+            Finding(
+                "sequence",
+                seq_values,
+                classes.dims_of(seq_values[0], len(values[seq_values[0]].shape)).index(sequence),
+                "a class every data input carries and attention carries twice (queries and keys)",
+                0.75,
+            )
+        )
+    return batch, sequence, tuple(data)

@@ -1,0 +1,102 @@
+"""Dimension classes: which dimensions of which values must be split together.
+
+Union-find over every op's factor mapping (TOAST's named dimension analysis): two
+dimensions whose *major* factor is the same factor of one op are one class, so tiling one
+of them on an axis can reach the other by propagation. A dimension merged from several
+factors (``[B, S*D]``) joins the class of its major factor, as a tile of it lands there
+first. A class that one op carries on two different factors (the queries' and the keys'
+sequence in attention scores) is a *conflict*: one axis cannot tile both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class _UnionFind:
+    def __init__(self, n: int):
+        self.parent = list(range(n))
+
+    def find(self, x: int) -> int:
+        parent = self.parent
+        root = x
+        while parent[root] != root:
+            root = parent[root]
+        while parent[x] != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            if ra < rb:
+                ra, rb = rb, ra
+            self.parent[ra] = rb
+
+
+@dataclass(frozen=True, slots=True)
+class DimClasses:
+    """``of(value, dim)`` is the class id of a dimension; ``members[c]`` its dimensions."""
+
+    base: tuple[int, ...]  # per value, the node id of its dim 0
+    cls: tuple[int, ...]  # per node, its class (the smallest node id in it)
+    members: dict[int, tuple[tuple[int, int], ...]]
+    conflicts: dict[int, tuple[int, ...]]  # class -> ops carrying it on two factors
+
+    def of(self, value: int, dim: int) -> int:
+        return self.cls[self.base[value] + dim]
+
+    def dims_of(self, value: int, rank: int) -> tuple[int, ...]:
+        b = self.base[value]
+        return self.cls[b : b + rank]
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+
+def dimension_classes(program) -> DimClasses:
+    """The dimension classes of ``program``: one pass over its ops' factor mappings."""
+    values = program.values
+    base, n = [], 0
+    for v in values:
+        base.append(n)
+        n += len(v.shape)
+    uf = _UnionFind(n)
+    majors: list[list[tuple[int, int]]] = []  # per op, (factor, node) of each major dim
+    for op, mapping in zip(program.ops, program.mappings):
+        tensors = (*op.linked_operands, *op.linked_results)
+        dims = (*mapping.operands, *mapping.results)
+        first: dict[int, int] = {}
+        seen = []
+        for t, tdims in zip(tensors, dims):
+            if not isinstance(t, int):
+                continue
+            b = base[t]
+            for d, factors in enumerate(tdims):
+                if not factors or mapping.sizes[factors[0]] == 1:
+                    continue
+                f, node = factors[0], b + d
+                seen.append((f, node))
+                if f in first:
+                    uf.union(first[f], node)
+                else:
+                    first[f] = node
+        majors.append(seen)
+    cls = tuple(uf.find(i) for i in range(n))
+    members: dict[int, list[tuple[int, int]]] = {}
+    for vid, v in enumerate(values):
+        for d in range(len(v.shape)):
+            members.setdefault(cls[base[vid] + d], []).append((vid, d))
+    conflicts: dict[int, list[int]] = {}
+    for oid, seen in enumerate(majors):
+        by_class: dict[int, int] = {}
+        for f, node in seen:
+            c = cls[node]
+            if by_class.setdefault(c, f) != f and (not conflicts.get(c) or conflicts[c][-1] != oid):
+                conflicts.setdefault(c, []).append(oid)
+    return DimClasses(
+        tuple(base),
+        cls,
+        {c: tuple(m) for c, m in members.items()},
+        {c: tuple(o) for c, o in conflicts.items()},
+    )
