@@ -274,7 +274,10 @@ BAD = {
     ),
     "named strategy fails on the model": (
         ["--model", "mlp", "--mesh", "batch=2,model=4", "--tactics", "MP('model')"],
-        ["--tactics on mlp: MP('model'): neither", "hidden="],
+        [
+            "--tactics on mlp: MP('model'): the workbench sees no attention or MLP projection",
+            "hidden=",
+        ],
     ),
     "tactics that are not a call": (
         [*TACTICS, "__import__('os').getcwd()"],

@@ -16,7 +16,7 @@ from workbench.core.partition import partition
 from workbench.core.search import Auto
 from workbench.core.session import Session
 from workbench.core.sharding import Sharding
-from workbench.core.strategies import BP, EMB, MP, MQ, SP, Z2, Z3
+from workbench.core.strategies import BP, EMB, MP, MQ, SP, Z2, Z3, Role
 from workbench.core.tactics import Atomic, Replicate, Tactic, Tile
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "Mesh",
     "Program",
     "Replicate",
+    "Role",
     "Session",
     "Sharding",
     "Tactic",

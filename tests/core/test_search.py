@@ -86,7 +86,7 @@ def test_decision_groups_tie_a_weight_to_its_moments_and_its_copies_in_every_lay
     groups = {
         g.key: g for g in decision_groups(program, mesh, wb.Session(program, mesh).state, "model")
     }
-    wq = groups["layers/*/attn/wq"]
+    wq = groups["params/layers/*/attn/wq"]
     names = {program.values[m].name for m in wq.members}
     assert names == {
         f"{root}/layers/{i}/attn/wq"

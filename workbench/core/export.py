@@ -22,7 +22,7 @@ def tactic_classes() -> dict[str, type]:
     from workbench.core import strategies, tactics
 
     classes = {c.__name__: c for c in (tactics.Tile, tactics.Replicate, tactics.Atomic)}
-    for name in ("BP", "MP", "Z2", "Z3", "EMB", "MQ", "SP"):
+    for name in ("BP", "MP", "Z2", "Z3", "EMB", "MQ", "SP", "Role"):
         classes[name] = getattr(strategies, name)
     try:
         from workbench.core.search import Auto

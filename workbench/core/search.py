@@ -30,7 +30,6 @@ from workbench.core.mesh import Mesh
 from workbench.core.plan import build_plan
 from workbench.core.simulator import estimate
 from workbench.core.state import State
-from workbench.core.strategies import companions
 from workbench.core.tactics import Tactic, Tile, apply_tactic
 
 SKIP = -1  # the "leave it" action
@@ -57,31 +56,39 @@ class Progress:
     elapsed_s: float
 
 
-def _group_key(name: str) -> str:
-    """``params/layers/3/attn/wq`` -> ``layers/*/attn/wq``."""
-    path = name.split("/", 1)[1] if "/" in name else name
-    return re.sub(r"(?<=/)\d+(?=/|$)|^\d+(?=/)", "*", path)
+def _group_key(program, anatomy, v: int) -> str:
+    """A group's label: for the same place in repeated blocks, the first member's name with
+    its layer numbers starred. Display only: the anatomy's blocks decide the groups."""
+    name = program.values[v].name
+    return _starred(name) if v in anatomy.layers.slots else name
+
+
+def _starred(name: str) -> str:
+    """``params/layers/3/attn/wq`` -> ``params/layers/*/attn/wq``, for display."""
+    return re.sub(r"(?<=/)\d+(?=/|$)|^\d+(?=/)", "*", name)
 
 
 def decision_groups(program, mesh: Mesh, state: State, axis: str, inputs="**") -> list[Group]:
     """The groups of inputs still open on ``axis``, largest first."""
     size = mesh.axis_size(axis)
+    anatomy = program.anatomy()
+    layers = anatomy.layers
+    state_inputs = set(anatomy.optimizer_state)
     params: dict[tuple, list[int]] = {}
     taken: set[int] = set()
     for v in select(program, inputs, required=False):
         value = program.values[v]
-        if (
-            value.kind != "input"
-            or not value.shape
-            or v in taken
-            or value.name.startswith(("opt_state/", "out/"))
-        ):
+        if value.kind != "input" or not value.shape or v in taken or v in state_inputs:
             continue
-        members = [v] + [u for u in companions(program, v) if program.values[u].kind == "input"]
+        members = [v] + [u for u in anatomy.companions(v) if program.values[u].kind == "input"]
         taken.update(members)
-        params.setdefault((_group_key(value.name), value.shape), []).extend(members)
+        slot = layers.slots.get(v) if (len(layers.blocks) > 1) else None
+        key = ("slot", slot, value.shape, value.dtype) if slot is not None else ("value", v)
+        params.setdefault(key, []).extend(members)
     groups = []
-    for (key, shape), members in params.items():
+    for members in params.values():
+        key = _group_key(program, anatomy, members[0])
+        shape = program.values[members[0]].shape
         open_members = tuple(
             m
             for m in members
@@ -100,7 +107,7 @@ def decision_groups(program, mesh: Mesh, state: State, axis: str, inputs="**") -
     # the data first: tiling it spreads through the whole step and settles most weights;
     # then the weights (they carry optimizer state), largest first
     def order(g):
-        has_state = any(program.values[m].name.startswith("opt_state/") for m in g.members)
+        has_state = any(m in state_inputs for m in g.members)
         return (has_state, -sum(program.values[m].nbytes for m in g.members))
 
     groups.sort(key=order)

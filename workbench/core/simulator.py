@@ -391,14 +391,15 @@ def overlapped(compute: float, communication: float, overlap) -> float:
 
 
 def category(program, vid: int) -> str:
-    """Which part of training memory a value belongs to, from its name and where it is used."""
+    """Which part of training memory a value belongs to, from its role in the program's
+    anatomy (parameters, gradients, optimizer state) and where it is used."""
     v = program.values[vid]
-    name = v.name
-    if name.startswith(("params/", "out/params/")):
+    role = program.anatomy().role_of(vid)
+    if role == "parameter":
         return "parameters"
-    if name.startswith(("opt_state/", "out/opt_state/")):
+    if role == "optimizer_state":
         return "optimizer"
-    if name.startswith("grads/"):
+    if role == "gradient":
         return "gradients"
     if v.kind == "input":
         return "activations"  # the batch
@@ -1052,16 +1053,16 @@ class _Simulator:
 
 
 def donations(program, state) -> dict[int, int]:
-    """Output value -> index of the input it replaces: an output named like an input
-    (``out/params/w`` for ``params/w``) in the same layout. A training loop donates those
-    inputs (``jax.jit(..., donate_argnums=...)``), as the simulator's memory assumes."""
+    """Output value -> index of the input it replaces: an output the anatomy sees fed back as
+    an input (a parameter's update, its optimizer state), in the same layout. A training
+    loop donates those inputs (``jax.jit(..., donate_argnums=...)``), as the simulator's
+    memory assumes."""
     sh = state.shardings
-    by_name = {program.values[v].name: i for i, v in enumerate(program.inputs)}
+    position = {v: i for i, v in enumerate(program.inputs)}
     out = {}
-    for v, name in zip(program.outputs, program.output_names):
-        i = by_name.get(name.removeprefix("out/"))
-        if isinstance(v, int) and i is not None and sh[program.inputs[i]].dims == sh[v].dims:
-            out[v] = i
+    for o, v in program.anatomy().feedback.items():
+        if sh[v].dims == sh[o].dims:
+            out[o] = position[v]
     return out
 
 

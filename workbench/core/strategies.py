@@ -1,9 +1,11 @@
 """Named strategies: textbook partitionings as composite tactics over Tile/Replicate/Atomic.
 
-Each takes the mesh axis it uses and selectors naming the values it is about, with
-defaults that fit the zoo's models (and any model with the same weight names); pass
-your own selectors for other models. A strategy expands, given the state it applies
-to, into primitive tactics, and ``expand`` is how you read what it does.
+Each takes the mesh axis it uses. What it acts on comes from the program's anatomy
+(``Program.anatomy()``: data inputs and their batch dimension, parameters and their
+optimizer state, attention and MLP projections, embeddings), read from structure alone;
+a selector passed to a strategy overrides the anatomy, and a ``Role`` step in the schedule
+corrects it. A strategy expands, given the state it applies to, into primitive tactics,
+and ``expand`` is how you read what it does.
 
     [BP("batch"), MP("model"), Z3("batch")]
 """
@@ -14,14 +16,7 @@ from dataclasses import dataclass
 
 from workbench.core.errors import TacticError
 from workbench.core.ir.selectors import select
-from workbench.core.tactics import Atomic, Replicate, Tactic, Tile
-
-#: Default selectors, matching the zoo's names.
-BATCH = "batch/**"
-PARAMS = "params/**"
-ATTN_QKV = "params/**/attn/w{q,k,v}"
-MLP_IN = "params/**/mlp/w_in"
-EMBED = "params/**/embed"
+from workbench.core.tactics import Atomic, Replicate, Tactic, Tile, _check_axis
 
 
 def _matches(program, selector) -> list[int]:
@@ -32,33 +27,34 @@ def _names(program, ids) -> list[str]:
     return [program.values[i].name for i in ids]
 
 
-def companions(program, param: int) -> list[int]:
-    """Values shaped like a parameter and named after it: its optimizer moments, its update
-    and its gradient (``opt_state/m/<path>``, ``out/params/<path>``, ``grads/<path>``...)."""
-    v = program.values[param]
-    path = v.name.split("/", 1)[1] if "/" in v.name else v.name
-    return [
-        u.id
-        for u in program.values
-        if u.id != param
-        and u.shape == v.shape
-        and u.region_of is None
-        and u.name.endswith("/" + path)
-    ]
+def roles(program, state):
+    """The program's anatomy with the corrections the schedule so far made (``Role``)."""
+    corrections = tuple(t for t in state.schedule if isinstance(t, Role))
+    anatomy = program.anatomy()
+    if not corrections:
+        return anatomy
+    resolved = tuple((r.role, tuple(select(program, r.selector)), r.dim) for r in corrections)
+    return anatomy.corrected(resolved)
 
 
-def loop_slices(program, param: int) -> list[tuple[int, int]]:
-    """``(region input, dims dropped)`` for each loop body input standing for ``param``: its
-    per-step slice (``x[...]``, one dim fewer) or the whole of it (``const[...]``)."""
-    v = program.values[param]
-    out = []
-    for u in program.values:
-        if u.kind == "region_input" and u.name.endswith(f"[{v.name}]"):
-            if u.shape == v.shape:
-                out.append((u.id, 0))
-            elif u.shape == v.shape[1:]:
-                out.append((u.id, 1))
-    return out
+def _by_dim(program, mesh, state, axis, picks) -> list[Tactic]:
+    """``Tile`` tactics for ``(value, dim)`` picks, one per dim in first-seen order; values the
+    axis already sits on, or whose dim it does not divide, are left to propagation."""
+    size = mesh.axis_size(axis)
+    groups: dict[int, list[int]] = {}
+    for vid, d in picks:
+        v, sh = program.values[vid], state.shardings[vid]
+        if d is None or sh.uses(axis) or axis in sh.replicated:
+            continue
+        d %= len(v.shape)
+        if v.shape[d] % (sh.shards(d, mesh) * size) == 0 and vid not in groups.get(d, ()):
+            groups.setdefault(d, []).append(vid)
+    return [Tile(_names(program, ids), d, axis) for d, ids in groups.items()]
+
+
+def _loop_slices(program, anatomy, param: int) -> list[tuple[int, int]]:
+    """``(region input, dims dropped)`` for each loop body input standing for ``param``."""
+    return anatomy.loop_slices.get(param, [])
 
 
 def _shard_dim(shape, sharding, mesh, axis) -> int | None:
@@ -73,40 +69,53 @@ def _shard_dim(shape, sharding, mesh, axis) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class BP(Tactic):
-    """Batch (data) parallelism: tile dim ``dim`` of the inputs ``inputs`` selects over ``axis``."""
+    """Batch (data) parallelism: every data input tiled on its batch dimension over ``axis``
+    (or dim ``dim`` of the values ``inputs`` selects)."""
 
     axis: str
-    inputs: str = BATCH
-    dim: int = 0
+    inputs: str | None = None
+    dim: int | None = None
 
     def __str__(self) -> str:
-        return (
-            f"BP({self.axis!r})"
-            if (self.inputs, self.dim) == (BATCH, 0)
-            else (f"BP({self.axis!r}, inputs={self.inputs!r}, dim={self.dim})")
-        )
+        if self.inputs is None and self.dim is None:
+            return f"BP({self.axis!r})"
+        return f"BP({self.axis!r}, inputs={self.inputs!r}, dim={self.dim})"
 
     def expand(self, program, mesh, state):
-        return [Tile(self.inputs, self.dim, self.axis)]
+        _check_axis(self, mesh)
+        if self.inputs is not None:
+            return [Tile(self.inputs, 0 if self.dim is None else self.dim, self.axis)]
+        data = [(v, d if self.dim is None else self.dim) for v, d in roles(program, state).data]
+        tiles = _by_dim(program, mesh, state, self.axis, data)
+        if not any(d is not None for _, d in data):
+            raise TacticError(
+                f"{self}: the workbench sees no data input with a batch dimension in "
+                f"{program.name} (program.anatomy() shows what it sees); pass inputs= and dim=, "
+                "or apply Role(selector, 'data', dim=...) first."
+            )
+        return tiles
 
 
 @dataclass(frozen=True, slots=True)
 class MP(Tactic):
     """Megatron tensor parallelism: attention heads and the MLP hidden dim over ``axis``.
 
-    Tiles dim ``heads_dim`` of the Q/K/V projections and dim ``hidden_dim`` of the MLP's
-    first weight; propagation gives the output projections their input dim and makes their
-    products pending sums. Either selector may match nothing, not both.
+    Splits every up projection (queries, keys, values; MLP up and gate) on the hidden class
+    it makes (heads first); propagation gives the output and down projections their input
+    dim and makes their products pending sums. Attention fed by a fused projection split
+    after its matmul keeps that kernel whole: its queries, keys and values are split by
+    heads after the split (locally, no communication; the fused matmul is repeated on each
+    device). ``heads``/``hidden`` selectors (with ``heads_dim``/``hidden_dim``) override.
     """
 
     axis: str
-    heads: str = ATTN_QKV
-    hidden: str = MLP_IN
+    heads: str | None = None
+    hidden: str | None = None
     heads_dim: int = -2
     hidden_dim: int = -1
 
     def __str__(self) -> str:
-        if (self.heads, self.hidden, self.heads_dim, self.hidden_dim) == (ATTN_QKV, MLP_IN, -2, -1):
+        if (self.heads, self.hidden, self.heads_dim, self.hidden_dim) == (None, None, -2, -1):
             return f"MP({self.axis!r})"
         return (
             f"MP({self.axis!r}, heads={self.heads!r}, hidden={self.hidden!r}, "
@@ -114,17 +123,26 @@ class MP(Tactic):
         )
 
     def expand(self, program, mesh, state):
-        out = []
-        if _matches(program, self.heads):
-            out.append(Tile(self.heads, self.heads_dim, self.axis))
-        if _matches(program, self.hidden):
-            out.append(Tile(self.hidden, self.hidden_dim, self.axis))
-        if not out:
+        _check_axis(self, mesh)
+        view = roles(program, state)
+        if self.heads is not None:
+            heads = [(v, self.heads_dim) for v in _matches(program, self.heads)]
+        else:
+            heads = view.heads_splits()
+        if self.hidden is not None:
+            hidden = [(v, self.hidden_dim) for v in _matches(program, self.hidden)]
+        else:
+            hidden = [] if self.heads is not None else view.hidden_splits()
+        if not heads and not hidden:
             raise TacticError(
-                f"{self}: neither {self.heads!r} nor {self.hidden!r} matches a value of {program.name}; "
-                "pass heads=/hidden= selectors naming your attention projections and MLP input weights."
+                f"{self}: the workbench sees no attention or MLP projection in {program.name} "
+                "(program.anatomy() shows what it sees); pass heads=/hidden= selectors naming "
+                "your attention projections and MLP input weights, or apply "
+                "Role(selector, 'heads'|'hidden', dim=...) first."
             )
-        return out
+        return _by_dim(program, mesh, state, self.axis, heads) + _by_dim(
+            program, mesh, state, self.axis, hidden
+        )
 
 
 def optimizer_inputs(program) -> list[int]:
@@ -142,26 +160,28 @@ def optimizer_inputs(program) -> list[int]:
 
 
 def _sharded_like_params(tactic, program, mesh, state, *, params: bool):
-    """Tile each parameter's optimizer moments (and, for Z3, the parameter itself) over the axis.
+    """Tile each parameter's optimizer state (and, for Z3, the parameter itself) over the axis.
 
     First everything crossing into the optimizer (parameters, gradients) is made atomic on
     the axis, so the storage layout stays inside the optimizer: uses gather the parameter,
     and gradients are reduce-scattered (or sliced) into the sharded update.
     """
-    ids = _matches(program, tactic.params)
+    view = roles(program, state)
+    ids = view.parameters if tactic.params is None else _matches(program, tactic.params)
     if not ids:
         raise TacticError(
-            f"{tactic}: {tactic.params!r} matches no value of {program.name}; pass params= "
-            "naming your model's parameters."
+            f"{tactic}: "
+            + (
+                f"the workbench sees no parameter in {program.name} (program.anatomy() shows "
+                "what it sees); pass params= naming your model's parameters."
+                if tactic.params is None
+                else f"{tactic.params!r} matches no value of {program.name}; pass params= "
+                "naming your model's parameters."
+            )
         )
     boundary = optimizer_inputs(program)
-    if not boundary:  # no optimizer scope: the parameters and the tagged gradients
-        boundary = ids + [
-            u
-            for p in ids
-            for u in companions(program, p)
-            if program.values[u].name.startswith("grads/")
-        ]
+    if not boundary:  # no update: the parameters and their gradients
+        boundary = list(ids) + [view.gradients[p] for p in ids if p in view.gradients]
     if params:  # the parameters themselves too, when the optimizer does not read them (it
         # may update a float32 master copy and cast it back: mixed precision)
         boundary = [*boundary, *ids]
@@ -171,25 +191,20 @@ def _sharded_like_params(tactic, program, mesh, state, *, params: bool):
     for p in ids:
         v = program.values[p]
         d = _shard_dim(v.shape, state.shardings[p], mesh, tactic.axis) if v.shape else None
-        related = [
-            u for u in companions(program, p) if not program.values[u].name.startswith("grads/")
-        ]
-        group = (
-            [p, *related]
-            if params
-            else [u for u in related if "opt_state" in program.values[u].name]
-        )
+        new = view.new_params.get(p)
+        related = [u for u in view.companions(p) if program.values[u].shape == v.shape]
+        group = [p, *related] if params else [u for u in related if u != new]
         group = [u for u in group if not state.shardings[u].uses(tactic.axis)]
         if d is None or not group:
             continue
         tiles.append(Tile(_names(program, group), d, tactic.axis))
         if params:  # inside loops, each step's slice stays sharded too: gathered per step
-            for u, dropped in loop_slices(program, p):
+            for u, dropped in _loop_slices(program, view, p):
                 if d >= dropped and not state.shardings[u].uses(tactic.axis):
                     out.append(Atomic(program.values[u].name, tactic.axis))
                     tiles.append(Tile(program.values[u].name, d - dropped, tactic.axis))
-        if not params:  # ZeRO-2 keeps parameters whole: the sharded update is gathered back
-            kept_whole += [u for u in related if program.values[u].name.startswith("out/params")]
+        elif new is not None:  # ZeRO-2 keeps parameters whole: the sharded update is gathered
+            kept_whole.append(new)
     if kept_whole:
         out.append(Replicate(_names(program, kept_whole), tactic.axis))
     return out + tiles
@@ -197,80 +212,167 @@ def _sharded_like_params(tactic, program, mesh, state, *, params: bool):
 
 @dataclass(frozen=True, slots=True)
 class Z2(Tactic):
-    """ZeRO-2: optimizer moments sharded over ``axis`` (so gradients are reduce-scattered into
-    them), parameters kept whole (the update is gathered back)."""
+    """ZeRO-2: optimizer state sharded over ``axis`` (so gradients are reduce-scattered into
+    it), parameters kept whole (the update is gathered back)."""
 
     axis: str
-    params: str = PARAMS
+    params: str | None = None
 
     def __str__(self) -> str:
         return (
             f"Z2({self.axis!r})"
-            if self.params == PARAMS
+            if self.params is None
             else f"Z2({self.axis!r}, params={self.params!r})"
         )
 
     def expand(self, program, mesh, state):
+        _check_axis(self, mesh)
         return _sharded_like_params(self, program, mesh, state, params=False)
 
 
 @dataclass(frozen=True, slots=True)
 class Z3(Tactic):
-    """ZeRO-3 / FSDP: every parameter and its optimizer moments sharded over ``axis`` on its
+    """ZeRO-3 / FSDP: every parameter and its optimizer state sharded over ``axis`` on its
     largest divisible dim; each use gathers it (the parameter is atomic on the axis, so its
     storage layout does not spread into the compute), gradients are reduce-scattered."""
 
     axis: str
-    params: str = PARAMS
+    params: str | None = None
 
     def __str__(self) -> str:
         return (
             f"Z3({self.axis!r})"
-            if self.params == PARAMS
+            if self.params is None
             else f"Z3({self.axis!r}, params={self.params!r})"
         )
 
     def expand(self, program, mesh, state):
+        _check_axis(self, mesh)
         return _sharded_like_params(self, program, mesh, state, params=True)
 
 
 @dataclass(frozen=True, slots=True)
 class EMB(Tactic):
-    """Embedding sharding: the table on its vocab dim (0) or feature dim (1) over ``axis``."""
+    """Embedding sharding: each embedding table on its vocabulary dim (``dim="vocab"``) or
+    its feature dim (``"feature"``) over ``axis``; ``table`` selects tables (vocab on dim 0)."""
 
     axis: str
     dim: str = "vocab"
-    table: str = EMBED
+    table: str | None = None
 
     def __str__(self) -> str:
-        return f"EMB({self.axis!r}, dim={self.dim!r})" + (
-            f", table={self.table!r})" if self.table != EMBED else ""
+        return f"EMB({self.axis!r}, dim={self.dim!r}" + (
+            f", table={self.table!r})" if self.table is not None else ")"
         )
 
     def expand(self, program, mesh, state):
+        _check_axis(self, mesh)
         if self.dim not in ("vocab", "feature"):
             raise TacticError(f"{self}: dim must be 'vocab' or 'feature'; got {self.dim!r}.")
-        return [Tile(self.table, 0 if self.dim == "vocab" else -1, self.axis)]
+        if self.table is not None:
+            return [Tile(self.table, 0 if self.dim == "vocab" else -1, self.axis)]
+        tables = roles(program, state).embeddings
+        if not tables:
+            raise TacticError(
+                f"{self}: the workbench sees no embedding table in {program.name} (a parameter "
+                "a gather looks rows up in); pass table=, or apply Role(selector, 'embedding', "
+                "dim=<vocabulary dim>) first."
+            )
+        picks = []
+        for t, vocab in tables:
+            rank = len(program.values[t].shape)
+            other = [d for d in range(rank) if d != vocab]
+            picks.append((t, vocab if self.dim == "vocab" else (other[-1] if other else None)))
+        return _by_dim(program, mesh, state, self.axis, picks)
 
 
 @dataclass(frozen=True, slots=True)
 class MQ(Tactic):
-    """Multi-query attention: queries tiled on their heads over ``axis``, the shared K/V
-    projections kept whole on it."""
+    """Multi-query attention: queries split on their heads over ``axis``, the shared key and
+    value projections kept whole on it."""
 
     axis: str
-    queries: str = "params/**/attn/wq"
-    keys_values: str = "params/**/attn/w{k,v}"
+    queries: str | None = None
+    keys_values: str | None = None
     heads_dim: int = -2
 
     def __str__(self) -> str:
-        return f"MQ({self.axis!r})"
+        if (self.queries, self.keys_values, self.heads_dim) == (None, None, -2):
+            return f"MQ({self.axis!r})"
+        return (
+            f"MQ({self.axis!r}, queries={self.queries!r}, keys_values={self.keys_values!r}, "
+            f"heads_dim={self.heads_dim})"
+        )
 
     def expand(self, program, mesh, state):
-        return [
-            Replicate(self.keys_values, self.axis),
-            Tile(self.queries, self.heads_dim, self.axis),
-        ]
+        _check_axis(self, mesh)
+        view = roles(program, state)
+        if self.queries is not None:
+            queries = [(v, self.heads_dim) for v in _matches(program, self.queries)]
+        else:
+            queries = view.heads_splits(only="queries")
+        kv = (
+            _matches(program, self.keys_values)
+            if self.keys_values is not None
+            else view.keys_values()
+        )
+        if not queries:
+            raise TacticError(
+                f"{self}: the workbench sees no attention queries in {program.name}; pass "
+                "queries= and keys_values= selectors."
+            )
+        kv = [v for v in kv if self.axis not in state.shardings[v].replicated]
+        keep = [Replicate(_names(program, kv), self.axis)] if kv else []
+        return keep + _by_dim(program, mesh, state, self.axis, queries)
+
+
+ROLES = ("data", "parameter", "none", "embedding", "heads", "hidden")
+
+
+@dataclass(frozen=True, slots=True)
+class Role(Tactic):
+    """A correction of what the workbench sees in the program, kept in the schedule like a
+    tactic (undo, save and export rebuild it). ``role`` is one of ``ROLES``:
+
+    - ``"data"``: the values are data inputs, batch on ``dim``;
+    - ``"parameter"``: the values are parameters; ``"none"``: neither data nor parameter;
+    - ``"embedding"``: embedding tables, vocabulary on ``dim``;
+    - ``"heads"`` / ``"hidden"``: projections MP splits on ``dim`` (attention heads, MLP).
+
+    It changes no sharding; the named strategies after it read the corrected roles.
+    """
+
+    selector: str | tuple
+    role: str
+    dim: int | None = None
+    axis: str = ""
+
+    def __post_init__(self):
+        if isinstance(self.selector, list):
+            object.__setattr__(self, "selector", tuple(self.selector))
+
+    def __str__(self) -> str:
+        sel = list(self.selector) if isinstance(self.selector, tuple) else self.selector
+        return f"Role({sel!r}, {self.role!r}" + (
+            f", dim={self.dim})" if self.dim is not None else ")"
+        )
+
+    def expand(self, program, mesh, state):
+        if self.role not in ROLES:
+            raise TacticError(f"{self}: role must be one of {list(ROLES)}; got {self.role!r}.")
+        needs_dim = self.role in ("data", "embedding", "heads", "hidden")
+        if needs_dim and (isinstance(self.dim, bool) or not isinstance(self.dim, int)):
+            raise TacticError(
+                f"{self}: role {self.role!r} needs dim=<the dimension it is about>; got {self.dim!r}."
+            )
+        for v in select(program, self.selector):
+            shape = program.values[v].shape
+            if needs_dim and not -len(shape) <= self.dim < len(shape):
+                raise TacticError(
+                    f"{self}: {program.values[v].name} has shape {shape}, so dim {self.dim} is "
+                    f"out of range; use a dim in [{-len(shape)}, {len(shape) - 1}]."
+                )
+        return []
 
 
 def scope_boundary(program, inside: tuple[str, ...]) -> list[int]:
@@ -305,6 +407,7 @@ class SP(Tactic):
         return f"SP({self.axis!r})"
 
     def expand(self, program, mesh, state):
+        _check_axis(self, mesh)
         if not _matches(program, self.stream):
             raise TacticError(
                 f"{self}: {self.stream!r} matches no value of {program.name}; tag your residual "

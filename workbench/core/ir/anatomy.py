@@ -63,6 +63,10 @@ class Anatomy:
     batch_class: int | None
     sequence_class: int | None
     findings: list[Finding] = field(default_factory=list)
+    #: corrections a schedule made: ``(role, value ids, dim)`` (see ``corrected``)
+    corrections: tuple = ()
+    _embeddings: list | None = None
+    _splits: dict = field(default_factory=dict)  # value -> ("heads" | "hidden", dim)
 
     @cached_property
     def layers(self):
@@ -70,6 +74,135 @@ class Anatomy:
         from workbench.core.ir.layers import find_layers
 
         return find_layers(self)
+
+    # -- what the named strategies act on ------------------------------------------------
+    @property
+    def embeddings(self) -> list[tuple[int, int]]:
+        """``(table, vocabulary dim)`` per embedding table."""
+        return self.layers.embeddings if self._embeddings is None else self._embeddings
+
+    def heads_splits(self, only: str | None = None) -> list[tuple[int, int | None]]:
+        """``(value, dim)`` Megatron splits for attention: each up projection's heads dim,
+        or (fused projections) the queries, keys and values by heads after the split.
+        ``only="queries"`` gives the queries alone."""
+        layers, values = self.layers, self.program.values
+        out = []
+        for a in layers.attention:
+            groups = (a.queries,) if only == "queries" else (a.queries, a.keys, a.values)
+            for v in (x for g in groups for x in g):
+                if v in self._splits:
+                    continue
+                if a.fused:
+                    dims = self.classes.dims_of(v, len(values[v].shape))
+                    out.append((v, dims.index(a.heads) if a.heads in dims else None))
+                else:
+                    out.append((v, layers.split_dim(self, v)))
+        out += [(v, d) for v, (kind, d) in self._splits.items() if kind == "heads"]
+        return out
+
+    def hidden_splits(self) -> list[tuple[int, int | None]]:
+        """``(parameter, dim)`` Megatron splits for MLP up (and gate) projections."""
+        layers = self.layers
+        in_attention = {v for a in layers.attention for v in (*a.queries, *a.keys, *a.values)}
+        out = []
+        for proj in layers.projections:
+            p = proj.param
+            if proj.kind != "up" or p in in_attention or p in self._splits:
+                continue
+            if any(layers.hidden.get(c) == "mlp" for c in proj.free) and (p, None) not in out:
+                d = layers.split_dim(self, p)
+                if (p, d) not in out:
+                    out.append((p, d))
+        out += [(v, d) for v, (kind, d) in self._splits.items() if kind == "hidden"]
+        return out
+
+    def keys_values(self) -> list[int]:
+        """The key and value projections of every (unfused) attention."""
+        return [v for a in self.layers.attention if not a.fused for v in (*a.keys, *a.values)]
+
+    @cached_property
+    def loop_slices(self) -> dict[int, list[tuple[int, int]]]:
+        """Parameter -> ``(loop body input, dims dropped)`` for each body input standing for
+        it: its per-step slice (one dim fewer) or the whole of it."""
+        from workbench.core.ir.layers import region_operands
+
+        values, params = self.program.values, set(self.parameters)
+        out: dict[int, list[tuple[int, int]]] = {}
+        for op in self.program.ops:
+            for region, outer in zip(op.regions, region_operands(op)):
+                for inner, o in zip(region.inputs, outer):
+                    if o in params:
+                        if values[inner].shape == values[o].shape:
+                            out.setdefault(o, []).append((inner, 0))
+                        elif values[inner].shape == values[o].shape[1:]:
+                            out.setdefault(o, []).append((inner, 1))
+        return out
+
+    @cached_property
+    def feedback(self) -> dict[int, int]:
+        """Output -> the input a training loop feeds it back as: each parameter's update, its
+        optimizer state's in the order it was passed, and a counter made from its input."""
+        values, program = self.program.values, self.program
+        out: dict[int, int] = {}
+        for p in self.parameters:
+            if p in self.new_params:
+                out[self.new_params[p]] = p
+            rest = [o for o in self.updates.get(p, ()) if o not in out]
+            for s in self.state.get(p, ()):
+                match = next(
+                    (
+                        o
+                        for o in rest
+                        if (values[o].shape, values[o].dtype) == (values[s].shape, values[s].dtype)
+                    ),
+                    None,
+                )
+                if match is not None:
+                    out[match] = s
+                    rest.remove(match)
+        chained = {s for p in self.parameters for s in self.state.get(p, ())}
+        for s in self.optimizer_state:
+            if s in chained:
+                continue
+            for o in program.outputs:
+                if not isinstance(o, int) or o in out or values[o].producer is None:
+                    continue
+                same = (values[o].shape, values[o].dtype) == (values[s].shape, values[s].dtype)
+                if same and s in program.ops[values[o].producer].operands:
+                    out[o] = s
+                    break
+        return out
+
+    def corrected(self, corrections) -> Anatomy:
+        """This anatomy with ``(role, value ids, dim)`` corrections applied in order."""
+        from dataclasses import replace
+
+        params, data = list(self.parameters), dict(self.data)
+        embeddings, splits = list(self.embeddings), dict(self._splits)
+        for role, ids, dim in corrections:
+            for v in ids:
+                if role in ("none", "data", "parameter"):
+                    data.pop(v, None)
+                    if v in params:
+                        params.remove(v)
+                if role == "data":
+                    data[v] = dim % len(self.program.values[v].shape)
+                elif role == "parameter":
+                    params.append(v)
+                elif role == "embedding":
+                    embeddings = [e for e in embeddings if e[0] != v] + [(v, dim)]
+                elif role in ("heads", "hidden"):
+                    splits[v] = (role, dim)
+        out = replace(
+            self,
+            parameters=tuple(sorted(set(params))),
+            data=tuple(data.items()),
+            corrections=self.corrections + tuple(corrections),
+            _embeddings=embeddings,
+            _splits=splits,
+        )
+        out.__dict__.pop("_roles", None)
+        return out
 
     def role_of(self, value: int) -> str:
         """ "parameter", "gradient", "optimizer_state", "data", "key" or "activation"."""

@@ -97,14 +97,14 @@ def origins(program, params) -> dict[int, int]:
             if p is not None:
                 for r in op.results:
                     origin[r] = p
-        for region, outer in zip(op.regions, _region_operands(op)):
+        for region, outer in zip(op.regions, region_operands(op)):
             for inner, o in zip(region.inputs, outer):
                 if isinstance(o, int) and o in origin:
                     origin[inner] = origin[o]
     return origin
 
 
-def _region_operands(op) -> list[tuple]:
+def region_operands(op) -> list[tuple]:
     """Per region of ``op``, the outer operands its inputs stand for."""
     if op.primitive == "scan":
         return [op.operands]

@@ -1,0 +1,193 @@
+"""The anatomy reads roles from structure: the zoo's roles, a renamed zoo, corrections."""
+
+from __future__ import annotations
+
+import inspect
+import random
+import string
+from collections import Counter
+
+import jax
+import pytest
+
+import workbench as wb
+from tests.core.zoo import program as zoo_program
+from workbench.models import build
+
+MESH = wb.Mesh({"batch": 2, "model": 4})
+
+
+def names(program, ids):
+    return sorted(program.values[i].name for i in ids)
+
+
+def test_the_lm_roles():
+    program = zoo_program("lm")
+    a = program.anatomy()
+    assert names(program, a.parameters) == program.names("params/**")
+    assert {program.values[a.gradients[p]].name for p in a.parameters} == set(
+        program.names("grads/**")
+    )
+    assert set(names(program, a.optimizer_state)) == set(program.names("opt_state/**"))
+    assert [(program.values[v].name, d) for v, d in a.data] == [
+        ("batch/targets", 0),
+        ("batch/tokens", 0),
+    ]
+    wq = program.value("params/layers/0/attn/wq").id
+    assert names(program, a.state[wq]) == [
+        "opt_state/m/layers/0/attn/wq",
+        "opt_state/v/layers/0/attn/wq",
+    ]
+    assert program.values[a.new_params[wq]].name == "out/params/layers/0/attn/wq"
+    layers = a.layers
+    assert layers.repeats == 2 and len(layers.attention) == 2
+    first = layers.attention[0]
+    assert names(program, first.queries) == ["params/layers/0/attn/wq"]
+    assert names(program, first.output) == ["params/layers/0/attn/wo"]
+    assert not first.fused
+    assert [(program.values[t].name, d) for t, d in layers.embeddings] == [("params/embed", 0)]
+    assert [(program.values[t].name, d) for t, d in layers.heads_out] == [("params/unembed", 1)]
+    assert [(program.values[p].name, d) for p, d in a.hidden_splits()] == [
+        ("params/layers/0/mlp/w_in", 1),
+        ("params/layers/1/mlp/w_in", 1),
+    ]
+
+
+@pytest.mark.parametrize("model", ["lm_scan", "mlp", "cnn", "gnn"])
+def test_parameters_and_data_of_every_zoo_model(model):
+    program = zoo_program(model)
+    a = program.anatomy()
+    assert names(program, a.parameters) == program.names("params/**")
+    assert all(program.values[v].name.startswith("batch/") for v, _ in a.data)
+    assert any(d == 0 for _, d in a.data)
+    for f in a.findings:
+        assert f.evidence and 0 < f.confidence <= 1
+
+
+def test_phases_come_from_dataflow_not_scope_names():
+    program = zoo_program("lm")
+    for op in program.ops:
+        if op.parent is None and "optimizer" in op.scope:
+            assert op.phase == "optimizer", op.name
+
+
+# -- the same model under other names ------------------------------------------------------
+
+
+def _random_names(rng, n):
+    out = set()
+    while len(out) < n:
+        out.add("".join(rng.choice(string.ascii_lowercase) for _ in range(7)))
+    return list(out)
+
+
+class Renamer:
+    """Random, order-shuffling names for every dict key, scope and tag of a step."""
+
+    def __init__(self, seed=0):
+        self.rng = random.Random(seed)
+        self.table: dict[str, str] = {}
+
+    def name(self, key: str) -> str:
+        if key not in self.table:
+            self.table[key] = _random_names(self.rng, 1)[0]
+        return self.table[key]
+
+    def tree(self, x, back=False):
+        inverse = {v: k for k, v in self.table.items()}
+        if isinstance(x, dict):
+            return {
+                (inverse[k] if back else self.name(k)): self.tree(v, back) for k, v in x.items()
+            }
+        if isinstance(x, list | tuple):
+            return [self.tree(v, back) for v in x]
+        return x
+
+
+def renamed(model, monkeypatch, seed=0):
+    ex = build(model, "tiny", abstract=True)
+    r = Renamer(seed)
+    args = [r.tree(a) for a in ex.args]
+    scope, tag = jax.named_scope, wb.tag
+    monkeypatch.setattr(jax, "named_scope", lambda n: scope(r.name(n)))
+    monkeypatch.setattr(wb, "tag", lambda x, n: tag(x, r.name(n)))
+
+    def qzx(*args):  # other argument names (arg0, arg1...), renamed keys
+        out = ex.fn(*(r.tree(a, back=True) for a in args))
+        return r.tree(tuple(out))
+
+    return wb.capture(qzx, *args), r
+
+
+def footprint(program, session):
+    shardings = Counter(
+        (
+            program.values[v].kind,
+            program.values[v].shape,
+            str(session.state.shardings[v]),
+        )
+        for v in range(len(program.values))
+    )
+    collectives = Counter(
+        (c.kind, c.axes, c.bytes, str(c.src), str(c.dst)) for c in session.collectives()
+    )
+    return shardings, collectives
+
+
+@pytest.mark.parametrize(
+    "model, schedule",
+    [
+        ("lm", [wb.BP("batch"), wb.MP("model"), wb.Z3("batch")]),
+        ("lm", [wb.EMB("model")]),
+        ("lm", [wb.Z2("batch"), wb.MQ("model")]),
+        ("lm_scan", [wb.BP("batch"), wb.MP("model"), wb.Z3("batch")]),
+        ("mlp", [wb.BP("batch"), wb.Z3("model")]),
+        ("cnn", [wb.BP("batch"), wb.Z3("model")]),
+        ("gnn", [wb.BP("batch"), wb.Z2("model")]),
+    ],
+    ids=str,
+)
+def test_renamed_inputs_and_scopes_give_the_same_plan(model, schedule, monkeypatch):
+    original = zoo_program(model)
+    program, r = renamed(model, monkeypatch)
+    assert not set(program.names()) & set(original.names()) - {"const"}
+    a = wb.Session(original, MESH, schedule)
+    b = wb.Session(program, MESH, schedule)
+    assert footprint(original, a) == footprint(program, b)
+    tops = list(inspect.signature(build(model, "tiny").fn).parameters)
+    for v in original.input_values:  # each input exactly as its renamed self
+        top, *path = v.name.split("/")
+        renamed_name = "/".join([f"arg{tops.index(top)}",
+                                 *(r.name(p) if not p.isdigit() else p for p in path)])  # fmt: skip
+        assert b.sharding(renamed_name) == a.sharding(v.name), v.name
+
+
+# -- corrections -------------------------------------------------------------------------
+
+
+def test_a_role_correction_is_a_step_of_the_schedule(tmp_path):
+    program = zoo_program("gnn")
+    s = wb.Session(program, MESH)
+    s.apply(wb.BP("batch"))
+    assert not s.sharding("batch/senders").uses("batch")
+    s.undo()
+    s.apply(wb.Role("batch/{senders,receivers}", "data", dim=0))
+    s.apply(wb.BP("batch"))
+    assert s.sharding("batch/senders").dim_of("batch") == 0
+    assert "Role(selector='batch/{senders,receivers}', role='data', dim=0)" in s.export_code()
+    path = s.save(tmp_path / "s.json")
+    again = wb.Session.load(program, path)
+    assert again.history == s.history
+    assert again.sharding("batch/senders") == s.sharding("batch/senders")
+    s.undo()
+    s.undo()
+    assert s.history == (wb.BP("batch"),) or s.history == ()
+
+
+def test_a_bad_correction_says_what_would_work():
+    s = wb.Session(zoo_program("lm"), MESH)
+    with pytest.raises(wb.WorkbenchError, match="role must be one of"):
+        s.apply(wb.Role("batch/tokens", "batch", dim=0))
+    with pytest.raises(wb.WorkbenchError, match="needs dim="):
+        s.apply(wb.Role("batch/tokens", "data"))
+    assert s.step == 0
