@@ -269,8 +269,8 @@ BAD = {
         [CODE_SELECTOR, "matches"],
     ),
     "a field of the wrong type": (
-        [*LM, "--strategy", [{"tactic": "SP", "axis": "model", "inside": 3}]],
-        ["inside of SP must be a list of strings"],
+        [*LM, "--strategy", [{"tactic": "SP", "axis": "model", "stream": 3}]],
+        ["stream of SP must be a string or a list of strings"],
     ),
     "named strategy fails on the model": (
         ["--model", "mlp", "--mesh", "batch=2,model=4", "--tactics", "MP('model')"],

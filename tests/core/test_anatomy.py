@@ -191,3 +191,43 @@ def test_a_bad_correction_says_what_would_work():
     with pytest.raises(wb.WorkbenchError, match="needs dim="):
         s.apply(wb.Role("batch/tokens", "data"))
     assert s.step == 0
+
+
+# -- sequence parallelism from block interiors -------------------------------------------------
+
+
+def downs(program):
+    """Blocks (attention, MLP) as their down projections: one each."""
+    layers = program.anatomy().layers
+    return sum(
+        1
+        for q in layers.projections
+        if q.kind == "down" and any(c in layers.hidden for c in q.contracted)
+    )
+
+
+@pytest.mark.parametrize("model", ["lm", "lm_scan"])
+def test_sp_finds_the_blocks_without_their_scope_names(model):
+    """Megatron-SP: the stream split on the sequence, each block's input gathered and its
+    output reduce-scattered (forward), found from the projections, not the scopes."""
+    program = zoo_program(model)
+    s = wb.Session(program, MESH, [wb.BP("batch"), wb.MP("model"), wb.SP("model")])
+    assert model == "lm_scan" or not s.conflicts  # (the scanned MLP's backward conflicts, as
+    # it did when SP's blocks were named by scope)
+    forward = Counter(
+        c.kind
+        for c in s.collectives()
+        if c.axes == ("model",) and c.op is not None and program.ops[c.op].phase == "forward"
+    )
+    blocks = downs(program)
+    assert forward["reduce-scatter"] == blocks and forward["all-gather"] >= blocks
+    resid = "layer0/resid_mid" if model == "lm" else None
+    if resid:
+        assert s.sharding(resid).dim_of("model") == 1  # the stream, split on its sequence
+
+
+def test_sp_runs_like_the_unpartitioned_step():
+    ex = build("lm", "tiny")
+    program = wb.capture(ex.fn, *ex.args)
+    s = wb.Session(program, MESH, [wb.BP("batch"), wb.MP("model"), wb.SP("model")])
+    assert s.run(repeats=1).matches

@@ -104,7 +104,10 @@ def test_json_strategies_round_trip(tmp_path):
             [{"tactic": "Tile", "selector": [1, 2], "dim": 0, "axis": "batch"}],
             r"selector of Tile must be a string or a list of strings",
         ),
-        ([{"tactic": "SP", "axis": "model", "inside": 3}], r"inside of SP must be a list"),
+        (
+            [{"tactic": "SP", "axis": "model", "stream": 3}],
+            r"stream of SP must be a string or a list",
+        ),
         ([{"tactic": "Auto", "axes": "model", "budget": "x"}], r"budget of Auto must be an"),
         ([{"tactic": "Auto", "axes": "model", "memory_limit": "1"}], r"must be a number"),
         ([{"tactic": "Auto", "axes": "model", "hardware": "h100"}], r"has field 'hardware'"),

@@ -36,7 +36,7 @@ Where op_cost deliberately differs from XLA (noted in the tests):
   combines per line (cumlogsumexp: 8 flops + 2 transcendentals per combine).
 - Random bits (``threefry2x32``, ``random_bits``): XLA counts the body of the
   rolled round loop once; op_cost counts the 20 rounds (~120 flops per pair of
-  32-bit words).
+  32-bit words). Their costs sit in their records (``rules/random.py``).
 - ``top_k`` is a custom call that XLA:CPU reports as -1; op_cost counts a partial
   sort, n x ceil(log2(k + 1)) per row.
 - XLA fuses: inside a fusion only the fusion's inputs and outputs touch memory, so
@@ -66,7 +66,10 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 import numpy as np
 
+from workbench.core.ir.dtypes import is_extended
+from workbench.core.ir.dtypes import itemsize as dtype_itemsize
 from workbench.core.rules.mapping import TensorType
+from workbench.core.rules.registry import RECORDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,9 @@ def op_cost(
 ) -> OpCost:
     """The cost of one ``primitive`` on these local operand and result types."""
     params = params or {}
+    record = RECORDS.get(primitive)
+    if record is not None and record.cost is not None:  # the primitive's own record
+        return record.cost(params, list(operands), list(results))
     rule = _RULES.get(primitive)
     if rule is None:
         if primitive in ELEMENTWISE:
@@ -117,13 +123,16 @@ def op_time(cost: OpCost, hardware, dtype=None) -> float:
     One peak per dtype (the matrix unit's): elementwise work really runs on slower
     vector units, but it is almost always memory-bound, so the max rarely changes.
     """
+    if is_extended(dtype):  # key arrays: the work is on their uint32 words
+        dtype = np.uint32
     compute = (cost.flops + cost.transcendentals) / hardware.peak_flops(dtype)
     return max(compute, cost.bytes_accessed / hardware.hbm_bandwidth)
 
 
 def is_known(primitive: str) -> bool:
     """Whether op_cost has a rule for ``primitive`` (else it uses the unknown default)."""
-    return primitive in _RULES or primitive in ELEMENTWISE
+    record = RECORDS.get(primitive)
+    return primitive in _RULES or primitive in ELEMENTWISE or bool(record and record.cost)
 
 
 # -- sizes ------------------------------------------------------------------------------------------
@@ -132,13 +141,8 @@ def _elems(t: TensorType) -> int:
 
 
 def itemsize(dtype) -> int:
-    """Bytes per element; 4 when the dtype is unknown (None)."""
-    if dtype is None:
-        return 4
-    try:
-        return np.dtype(dtype).itemsize
-    except TypeError:
-        return int(getattr(dtype, "itemsize", 4))  # JAX extended dtypes (PRNG keys)
+    """Bytes per element (per key for PRNG key dtypes); 4 when the dtype is unknown (None)."""
+    return dtype_itemsize(dtype)
 
 
 def tensor_bytes(t: TensorType) -> int:
@@ -353,8 +357,7 @@ def _fft(params, operands, results):
 # -- data movement ----------------------------------------------------------------------------------
 _MOVE = (
     "broadcast_in_dim", "reshape", "transpose", "squeeze", "expand_dims", "rev",
-    "concatenate", "pad", "copy", "copy_p", "iota", "optimization_barrier", "random_seed",
-    "random_wrap", "random_unwrap"
+    "concatenate", "pad", "copy", "copy_p", "iota", "optimization_barrier"
 )  # fmt: skip
 for _p in _MOVE:
     _RULES[_p] = lambda p, o, r: OpCost(0.0, 0.0, _io(o, r))
@@ -407,30 +410,9 @@ for _p, _c in _SCATTER_COMBINE.items():
     _RULES[_p] = lambda p, o, r, _c=_c: _scatter(p, o, r, _c)
 
 
-# -- random bits --------------------------------------------------------------------------------------
-_THREEFRY_PER_PAIR = 120  # 20 rounds x (add, rotate = 3, xor) + key injections
-
-
-@_rule("threefry2x32")
-def _threefry(params, operands, results):
-    return OpCost(float(_THREEFRY_PER_PAIR * _elems(results[0])), 0.0, _io(operands, results))
-
-
-@_rule("random_bits")
-def _random_bits(params, operands, results):
-    words = _nbytes(results[0]) / 4
-    return OpCost(_THREEFRY_PER_PAIR * words / 2, 0.0, _io(operands, results))
-
-
-@_rule("random_split", "random_fold_in")
-def _random_keys(params, operands, results):
-    return OpCost(
-        float(_THREEFRY_PER_PAIR * max(1, _elems(results[0]))), 0.0, _io(operands, results)
-    )
-
-
-@_rule("rng_bit_generator", "rng_uniform")
-def _rng(params, operands, results):  # XLA: one transcendental per generated element
+# -- random bits: jax.random keeps its costs in its records (rules/random.py) --------------
+@_rule("rng_uniform")
+def _rng_uniform(params, operands, results):  # XLA: one transcendental per generated element
     return OpCost(0.0, float(sum(_elems(r) for r in results)), _io(operands, results))
 
 

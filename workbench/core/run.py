@@ -17,7 +17,9 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.ir.dtypes import impl_name, is_extended, key_data, words
 from workbench.core.lowering.explicit import spec
+from workbench.core.rules.random import sharding_notes
 from workbench.core.units import format_bytes, format_seconds
 
 #: (relative tolerance, absolute floor) per output dtype, for "outputs match?"
@@ -26,6 +28,7 @@ TOLERANCE = {
     "float32": (2e-4, 1e-5),
     "bfloat16": (2e-2, 1e-2),
     "float16": (5e-3, 1e-3),
+    "key": (0.0, 0.0),  # PRNG keys: their words must be equal
 }
 
 
@@ -46,6 +49,7 @@ class RunResult:
     memory: dict = field(default_factory=dict)  # per device, from XLA's memory_analysis
     differing: tuple[tuple[str, float], ...] = ()  # outputs out of tolerance: (name, rel error)
     donated: tuple[str, ...] = ()  # inputs the timed steps donated (run as a training loop)
+    notes: tuple[str, ...] = ()  # what holds for this program under sharding (random bits)
 
     def __str__(self) -> str:
         mem = self.memory.get("peak_memory_in_bytes") or self.memory.get("temp_size_in_bytes", 0)
@@ -56,6 +60,7 @@ class RunResult:
             f"{self.loop_text()}), "
             f"compile {format_seconds(self.compile_time_s)}, peak memory per device {format_bytes(mem)}"
             + self.differing_text()
+            + "".join(f"\nnote: {n}" for n in self.notes)
         )
 
     def loop_text(self) -> str:
@@ -80,13 +85,24 @@ def example_inputs(program, seed: int = 0) -> list:
     rng = np.random.default_rng(seed)
     out = []
     for v in program.input_values:
-        if jnp.issubdtype(v.dtype, jnp.floating):
+        if is_extended(v.dtype):  # PRNG keys: random words
+            w = words(v.shape, v.dtype)
+            data = rng.integers(0, 2**32, w.shape, dtype=np.uint32)
+            out.append(jax.random.wrap_key_data(data, impl=impl_name(v.dtype)))
+        elif jnp.issubdtype(v.dtype, jnp.floating):
             out.append(jnp.asarray(rng.normal(0, 0.5, v.shape), dtype=v.dtype))
         elif v.dtype == np.bool_:
             out.append(jnp.asarray(rng.random(v.shape) < 0.5))
         else:
             out.append(jnp.zeros(v.shape, v.dtype))
     return out
+
+
+def host_copy(a):
+    """A host copy of an array (of a key array: of its words, wrapped again)."""
+    if is_extended(a.dtype):
+        return jax.random.wrap_key_data(np.array(key_data(a)), impl=impl_name(a.dtype))
+    return np.array(a)
 
 
 def reference_outputs(program, flat_args, *, cache_key=None) -> list:
@@ -102,10 +118,45 @@ def reference_outputs(program, flat_args, *, cache_key=None) -> list:
     return out
 
 
-def compare(outputs, reference) -> tuple[float, float, bool]:
+#: Float dtypes, most precise first: an output is held to the tolerance of the least precise
+#: one it is computed from (f32 master weights updated from bf16 compute are bf16-accurate).
+PRECISION = ("float64", "float32", "float16", "bfloat16")
+
+
+def tolerance_dtypes(program) -> tuple[str | None, ...]:
+    """Per output, the dtype whose tolerance it is held to (None: its own)."""
+    cached = program.__dict__.get("_tolerance_dtypes")
+    if cached is not None:
+        return cached
+    rank = [
+        PRECISION.index(str(v.dtype)) if str(v.dtype) in PRECISION else -1 for v in program.values
+    ]
+    changed = True
+    while changed:  # to a fixed point: a loop's body feeds its own inputs
+        changed = False
+        for op in program.walk():
+            r = max((rank[v] for v in op.linked_operands if isinstance(v, int)), default=-1)
+            for v in op.linked_results:
+                if r > rank[v]:
+                    rank[v], changed = r, True
+    out = tuple(
+        PRECISION[rank[v]]
+        if isinstance(v, int) and rank[v] >= 0 and not is_extended(program.values[v].dtype)
+        else None
+        for v in program.outputs
+    )
+    program.__dict__["_tolerance_dtypes"] = out
+    return out
+
+
+def compare(outputs, reference, dtypes=None) -> tuple[float, float, bool]:
+    """Worst absolute and relative error, and whether every output is within its tolerance
+    (``dtypes``: per output, the dtype that sets it; default each reference's own)."""
     worst_abs, worst_rel, ok = 0.0, 0.0, True
-    for out, ref in zip(outputs, reference):
-        dtype = str(np.asarray(ref).dtype)
+    for i, (out, ref) in enumerate(zip(outputs, reference)):
+        dtype = "key" if is_extended(getattr(ref, "dtype", None)) else str(np.asarray(ref).dtype)
+        dtype = (dtypes[i] if dtypes is not None else None) or dtype
+        out, ref = key_data(out), key_data(ref)
         out, ref = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
         err = float(np.max(np.abs(out - ref))) if out.size else 0.0
         scale = float(np.max(np.abs(ref))) if ref.size else 0.0
@@ -119,8 +170,9 @@ def compare(outputs, reference) -> tuple[float, float, bool]:
 def _differing(program, outputs, reference) -> tuple[tuple[str, float], ...]:
     """The outputs out of tolerance, worst first: (name, relative error)."""
     bad = []
-    for v, out, ref in zip(program.outputs, outputs, reference):
-        _, rel, ok = compare([out], [ref])
+    dtypes = tolerance_dtypes(program)
+    for v, out, ref, dtype in zip(program.outputs, outputs, reference, dtypes):
+        _, rel, ok = compare([out], [ref], [dtype])
         if not ok:
             bad.append((program.values[v].name, rel))
     return tuple(sorted(bad, key=lambda x: -x[1]))
@@ -144,7 +196,7 @@ class TrainingStep:
             NamedSharding(self.mesh, spec(state.shardings[v])) for v in program.inputs
         ]
         self.inputs = [  # a donated input is a copy: the caller's arrays survive
-            jax.device_put(np.array(a) if i in self.donated else a, sh)
+            jax.device_put(host_copy(a) if i in self.donated else a, sh)
             for i, (a, sh) in enumerate(zip(flat, self.shardings))
         ]
         self.feed = [(j, carried[v]) for j, v in enumerate(program.outputs) if v in carried]
@@ -209,7 +261,7 @@ def run(
         step()
         times.append(time.perf_counter() - t0)
     reference = reference_outputs(program, flat, cache_key="example" if args is None else None)
-    abs_err, rel_err, ok = compare(outputs, reference)
+    abs_err, rel_err, ok = compare(outputs, reference, tolerance_dtypes(program))
     mem = step.compiled.memory_analysis()
     memory = {
         k: int(getattr(mem, k))
@@ -239,4 +291,5 @@ def run(
         compile_time_s=step.compile_time_s,
         memory=memory,
         donated=tuple(program.values[program.inputs[i]].name for i in step.donated),
+        notes=sharding_notes(program, ok),
     )

@@ -11,6 +11,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from workbench.core.ir.dtypes import as_dtype, is_extended
 from workbench.core.mesh import Mesh
 
 #: Reductions a partial value can be pending: a contraction leaves a sum, reduce_max a max.
@@ -19,6 +20,8 @@ REDUCTIONS = ("sum", "max", "min")
 
 def short_dtype(dtype) -> str:
     """``float32`` -> ``f32``, ``bfloat16`` -> ``bf16``, ``int32`` -> ``i32``, ``bool`` -> ``bool``."""
+    if is_extended(dtype):
+        return str(dtype)  # key<fry>
     dt = np.dtype(dtype)
     if dt == np.bool_:
         return "bool"
@@ -86,7 +89,7 @@ class Sharding:
 
     @classmethod
     def unsharded(cls, shape, dtype) -> Sharding:
-        return cls(tuple(shape), np.dtype(dtype), tuple(() for _ in shape))
+        return cls(tuple(shape), as_dtype(dtype), tuple(() for _ in shape))
 
     # -- queries -------------------------------------------------------------------------------
     @property

@@ -525,7 +525,11 @@ def schedule(program) -> list[int]:
     for oid in body:
         op = program.ops[oid]
         if op.phase == "optimizer" or op.primitive == "name":
-            sources = [made[v] for v in op.linked_operands if isinstance(v, int) and v in made]
+            sources = [  # a region op's linked operands include its own regions' outputs
+                made[v]
+                for v in op.linked_operands
+                if isinstance(v, int) and v in made and made[v] != oid
+            ]
             ready[oid] = max((ready[s] for s in sources), default=-1)
         else:
             ready[oid] = at[oid]
@@ -654,7 +658,7 @@ class _Simulator:
         operand = o.operands[k]
         shape = operand.local_shape(self.mesh)
         lead, trail = self.static.copy_kept[(op_id, k)]
-        run = math.prod(shape[len(shape) - trail :]) * np.dtype(operand.dtype).itemsize
+        run = math.prod(shape[len(shape) - trail :]) * operand.dtype.itemsize
         if trail and run >= CACHE_LINE_BYTES:
             return self.hw.hbm_bandwidth
         return self.hw.copy_bandwidth(read / max(math.prod(shape[:lead]), 1))

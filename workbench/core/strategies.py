@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench.core.errors import TacticError
+from workbench.core.ir.blocks import block_interior, crossing, residual_stream
 from workbench.core.ir.selectors import select
 from workbench.core.tactics import Atomic, Replicate, Tactic, Tile, _check_axis
 
@@ -375,58 +376,57 @@ class Role(Tactic):
         return []
 
 
-def scope_boundary(program, inside: tuple[str, ...]) -> list[int]:
-    """Activations crossing into or out of ops whose scope names one of ``inside``."""
-
-    def within(op_id) -> bool:
-        return op_id is not None and bool(set(program.ops[op_id].scope) & set(inside))
-
-    out = set()
-    for op in program.ops:
-        for v in op.operands:
-            crossing = isinstance(v, int) and program.values[v].kind == "intermediate"
-            if crossing and within(op.id) != within(program.values[v].producer):
-                out.add(v)
-    return sorted(out)
-
-
 @dataclass(frozen=True, slots=True)
 class SP(Tactic):
-    """Sequence parallelism outside attention and MLP: the residual stream and layer-norm
-    outputs tiled on the sequence dim over ``axis``. Every activation crossing into or out of
-    the ``inside`` scopes (forward and backward) is atomic on the axis, so each block gathers
-    its input and the sum it returns is reduce-scattered back onto the stream; those entering
-    a block are tiled like the stream (in the backward pass, the cotangents)."""
+    """Sequence parallelism outside attention and MLP: the residual stream tiled on its
+    sequence dim over ``axis``. Every activation crossing into or out of a block's interior
+    (forward and backward; ``ir.blocks``) is atomic on the axis, so each block gathers its
+    input and the sum it returns is reduce-scattered back onto the stream; those entering a
+    block are tiled like the stream (in the backward pass, the cotangents). ``stream``
+    selects the stream's values and ``dim`` their sequence dim, overriding the anatomy."""
 
     axis: str
-    stream: str = "**/{resid_in,resid_mid,attn_in,mlp_in}"
-    inside: tuple[str, ...] = ("attn", "mlp")
-    dim: int = 1
+    stream: str | None = None
+    dim: int | None = None
 
     def __str__(self) -> str:
-        return f"SP({self.axis!r})"
+        if (self.stream, self.dim) == (None, None):
+            return f"SP({self.axis!r})"
+        return f"SP({self.axis!r}, stream={self.stream!r}, dim={self.dim})"
 
     def expand(self, program, mesh, state):
         _check_axis(self, mesh)
-        if not _matches(program, self.stream):
+        view = roles(program, state)
+        inside = block_interior(view)
+        boundary = crossing(program, inside)
+        if self.stream is not None:
+            stream = _matches(program, self.stream)
+        else:  # what a block's result is added to (the residual sums) and the blocks' inputs
+            stream = residual_stream(view, inside)
+        seq = view.sequence_class
+        if not stream or (self.dim is None and seq is None):
             raise TacticError(
-                f"{self}: {self.stream!r} matches no value of {program.name}; tag your residual "
-                "stream and block inputs with workbench.tag and pass stream=."
+                f"{self}: the workbench sees no residual stream with a sequence dimension in "
+                f"{program.name} (program.anatomy() shows what it sees); pass stream= and dim=."
             )
-        boundary = scope_boundary(program, self.inside)
         out = [Atomic(_names(program, boundary), self.axis)] if boundary else []
-        # what leaves the stream for a block (in the backward pass too) is tiled like the stream
-        shapes = {program.values[v].shape for v in _matches(program, self.stream)}
-        inside = set(self.inside)
+        shapes = {program.values[v].shape for v in stream}
         entering = [
             v
             for v in boundary
             if program.values[v].shape in shapes
-            and not set(program.ops[program.values[v].producer].scope) & inside
+            and program.values[v].producer not in inside
             and not state.shardings[v].uses(self.axis)
         ]
-        selector = [self.stream, *_names(program, entering)]
-        return [*out, Tile(selector, self.dim, self.axis)]
+
+        def dim_of(v):
+            if self.dim is not None:
+                return self.dim
+            dims = view.classes.dims_of(v, len(program.values[v].shape))
+            return dims.index(seq) if seq in dims else None
+
+        picks = [(v, dim_of(v)) for v in dict.fromkeys((*stream, *entering))]
+        return out + _by_dim(program, mesh, state, self.axis, picks)
 
 
 #: The named strategies by name, in the order a user meets them.

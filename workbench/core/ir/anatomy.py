@@ -20,30 +20,23 @@ Each finding says what it rests on (``evidence``) and how sure it is (``confiden
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from workbench.core.ir.dims import DimClasses, _UnionFind, dimension_classes
+from workbench.core.ir.dims import DimClasses, dimension_classes
+from workbench.core.ir.dtypes import is_extended
+from workbench.core.ir.report import Finding, report
+from workbench.core.ir.updates import tree_pairs, update_chains
 
 RANDOM_PRIMITIVES = frozenset(
     {"random_wrap", "random_seed", "random_bits", "random_split", "random_fold_in", "threefry2x32"}
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One thing the workbench sees: a role, the values in it, the dimension it is about."""
-
-    role: str
-    values: tuple[int, ...]
-    dim: int | None
-    evidence: str
-    confidence: float
-
-
 def is_key(value) -> bool:
     """A typed random key (an extended dtype such as ``key<fry>``)."""
-    return getattr(value.dtype, "kind", "") == "V" or "key<" in str(value.dtype)
+    return is_extended(value.dtype)
 
 
 @dataclass(eq=False)
@@ -140,13 +133,23 @@ class Anatomy:
 
     @cached_property
     def feedback(self) -> dict[int, int]:
-        """Output -> the input a training loop feeds it back as: each parameter's update, its
-        optimizer state's in the order it was passed, and a counter made from its input."""
+        """Output -> the input a training loop feeds it back as: what the step returns shaped
+        like an argument (``tree_pairs``); else each parameter's update, its optimizer
+        state's in the order it was passed, and a counter made from its input."""
         values, program = self.program.values, self.program
-        out: dict[int, int] = {}
+        known = {*self.parameters, *self.optimizer_state, *self.keys}
+        out: dict[int, int] = {  # what the update makes, or state it passes through
+            o: i
+            for o, i in tree_pairs(program).items()
+            if i in known
+            or (
+                values[o].producer is not None
+                and program.ops[values[o].producer].phase == "optimizer"
+            )
+        }
         for p in self.parameters:
             if p in self.new_params:
-                out[self.new_params[p]] = p
+                out.setdefault(self.new_params[p], p)
             rest = [o for o in self.updates.get(p, ()) if o not in out]
             for s in self.state.get(p, ()):
                 match = next(
@@ -204,6 +207,10 @@ class Anatomy:
         out.__dict__.pop("_roles", None)
         return out
 
+    def report(self) -> list[Finding]:
+        """Everything the workbench sees, for people (``ir.report``)."""
+        return report(self)
+
     def role_of(self, value: int) -> str:
         """ "parameter", "gradient", "optimizer_state", "data", "key" or "activation"."""
         return self._roles.get(value, "activation")
@@ -228,46 +235,6 @@ class Anatomy:
         return (*self.state.get(param, ()), *self.updates.get(param, ()))
 
 
-def _producers(program, op) -> list[int]:
-    return [
-        program.values[v].producer
-        for v in op.operands
-        if isinstance(v, int) and program.values[v].producer is not None
-    ]
-
-
-def _update_chains(program) -> _UnionFind:
-    """Values joined by the optimizer's elementwise ops and by loops' and branches' carries
-    (same shape, rank >= 1): each parameter's update chain."""
-    uf = _UnionFind(len(program.values))
-    for op, m in zip(program.ops, program.mappings):
-        if op.phase != "optimizer":
-            continue
-        if op.regions:  # a branch or loop of the update: its inputs and outputs line up
-            for region in op.regions:
-                _join_same_shape(program, uf, op.operands[-len(region.inputs) :], region.inputs)
-                _join_same_shape(program, uf, region.outputs, op.results[: len(region.outputs)])
-            continue
-        tensors = [
-            (t, d)
-            for t, d in zip((*op.linked_operands, *op.linked_results), (*m.operands, *m.results))
-            if isinstance(t, int) and program.values[t].shape
-        ]
-        if len(tensors) < 2 or m.contracting or len({d for _, d in tensors}) != 1:
-            continue
-        for t, _ in tensors[1:]:
-            uf.union(tensors[0][0], t)
-    return uf
-
-
-def _join_same_shape(program, uf, a, b) -> None:
-    for x, y in zip(a, b):
-        if isinstance(x, int) and isinstance(y, int):
-            vx, vy = program.values[x], program.values[y]
-            if vx.shape and vx.shape == vy.shape:
-                uf.union(x, y)
-
-
 def build_anatomy(program) -> Anatomy:
     """Read the roles of ``program``'s values (see the module docstring)."""
     values, ops = program.values, program.ops
@@ -287,18 +254,31 @@ def build_anatomy(program) -> Anatomy:
     )
     key_set = set(keys)
 
-    chains = _update_chains(program)
+    chains = update_chains(program)
     chain_members: dict[int, list[int]] = {}
     for v in range(len(values)):
         if values[v].region_of is None:
             chain_members.setdefault(chains.find(v), []).append(v)
     outputs = [o for o in program.outputs if isinstance(o, int)]
+    paired = tree_pairs(program)
     parameters, state, gradients, updates, new_params = [], {}, {}, {}, {}
     for members in chain_members.values():
         if len(members) < 2:
             continue
         inputs = [v for v in members if values[v].kind == "input" and v not in key_set]
         read_by_model = [v for v in inputs if phase_readers[v] & {"forward", "backward"}]
+        if not read_by_model:  # the update works on a copy (a float32 master) and returns
+            # the parameter cast from it: the input that output is fed back as
+            read_by_model = list(
+                dict.fromkeys(
+                    paired[o]
+                    for o in outputs
+                    if o in paired
+                    and o in set(members)
+                    and paired[o] not in key_set
+                    and phase_readers[paired[o]] & {"forward", "backward"}
+                )
+            )
         if len(read_by_model) != 1:
             continue
         (p,) = read_by_model
@@ -316,9 +296,10 @@ def build_anatomy(program) -> Anatomy:
         state[p] = tuple(v for v in inputs if v != p)
         outs = tuple(v for v in outputs if v in set(members))
         updates[p] = outs
-        # a training loop feeds the outputs back in the order the inputs were passed: the
-        # first output of the parameter's dtype is the parameter
-        same = [o for o in outs if values[o].dtype == values[p].dtype]
+        # the output returned where the parameter was passed; else the first of its dtype
+        same = [o for o in outs if paired.get(o) == p] or [
+            o for o in outs if values[o].dtype == values[p].dtype
+        ]
         if same:
             new_params[p] = same[0]
     parameters.sort()
@@ -433,7 +414,15 @@ def _batch(program, classes: DimClasses, params: set[int], data_inputs, findings
         )
     )
     findings.append(Finding("batch", with_batch, data[0][1] if data else None, why, sure))
-    sequence = next((c for c in ties if c in classes.conflicts), None)
+    # the sequence: a class of the data besides the batch that attention carries twice (a
+    # learned position embedding may carry it too)
+    carried = Counter(
+        c
+        for i in data_inputs
+        for c in set(classes.dims_of(i, len(values[i].shape)))
+        if c != batch and c in classes.conflicts
+    )
+    sequence = max(carried, key=lambda c: (carried[c], -c), default=None)
     if sequence is not None:
         seq_values = tuple(
             i for i in data_inputs if sequence in classes.dims_of(i, len(values[i].shape))
@@ -443,7 +432,8 @@ def _batch(program, classes: DimClasses, params: set[int], data_inputs, findings
                 "sequence",
                 seq_values,
                 classes.dims_of(seq_values[0], len(values[seq_values[0]].shape)).index(sequence),
-                "a class every data input carries and attention carries twice (queries and keys)",
+                "a class of the data inputs besides the batch that attention carries twice "
+                "(queries and keys)",
                 0.75,
             )
         )

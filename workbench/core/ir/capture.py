@@ -290,11 +290,34 @@ def bind_arguments(fn: Callable, args, kwargs) -> tuple[list[str], list]:
         )
 
 
+#: Where the function's own result goes when arguments were updated in place.
+RESULT = "result"
+
+
+def updated_in_place(arg_names, tree_args, flat, arg_trees, result) -> dict:
+    """The arguments whose leaves the call replaced and did not return, by name: a step
+    that updates objects in place (``nnx.Optimizer.update``, an ``nnx.jit`` step on
+    ``nnx.Module``s) returns nothing for them, so capture makes them outputs.
+    ``arg_trees``: the arguments' treedefs; ``result``: what the call returned."""
+    returned = {id(leaf) for leaf in jax.tree_util.tree_leaves(result)}
+    updated, start = {}, 0
+    for name, arg, tree in zip(arg_names, tree_args, arg_trees):
+        before = flat[start : start + tree.num_leaves]
+        start += tree.num_leaves
+        now = jax.tree_util.tree_leaves(arg)
+        changed = len(now) != len(before) or any(a is not b for a, b in zip(now, before))
+        if changed and not all(id(leaf) in returned for leaf in now):
+            updated[name if name != RESULT else f"{name}_arg"] = arg
+    return updated
+
+
 def capture(fn: Callable, *args, **kwargs) -> Program:
     """Trace ``fn(*args, **kwargs)`` into a Program.
 
     Arguments may be arrays or ``jax.ShapeDtypeStruct``s (plan a model without its
-    memory). Pass non-array arguments with ``functools.partial``.
+    memory), or pytrees of objects a step updates in place (``flax.nnx`` modules and
+    optimizers): those become outputs too, ``out/<argument>/...``, and the function's
+    result is ``out/result``. Pass non-array arguments with ``functools.partial``.
     """
     if not callable(fn):
         raise CaptureError(f"capture needs a function; got {type(fn).__name__} {fn!r}.")
@@ -310,7 +333,9 @@ def capture(fn: Callable, *args, **kwargs) -> Program:
 
     def flat_fn(*flat):
         tree_args = jax.tree_util.tree_unflatten(in_tree, flat)
-        return fn(**dict(zip(arg_names, tree_args))) if kwargs else fn(*tree_args)
+        out = fn(**dict(zip(arg_names, tree_args))) if kwargs else fn(*tree_args)
+        updated = updated_in_place(arg_names, tree_args, flat, in_tree.children(), out)
+        return {RESULT: out, **updated} if updated else out
 
     try:
         closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*leaves)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-class _UnionFind:
+class UnionFind:
     def __init__(self, n: int):
         self.parent = list(range(n))
 
@@ -61,7 +61,7 @@ def dimension_classes(program) -> DimClasses:
     for v in values:
         base.append(n)
         n += len(v.shape)
-    uf = _UnionFind(n)
+    uf = UnionFind(n)
     majors: list[list[tuple[int, int]]] = []  # per op, (factor, node) of each major dim
     for op, mapping in zip(program.ops, program.mappings):
         tensors = (*op.linked_operands, *op.linked_results)

@@ -39,3 +39,10 @@ def impl_name(dtype) -> str | None:
         return None
     impl = getattr(dtype, "_impl", None)
     return getattr(impl, "name", None) or str(dtype)
+
+
+def words(shape, dtype) -> jax.ShapeDtypeStruct:
+    """The machine words under an array of ``shape`` and ``dtype`` (itself if not a key)."""
+    if not is_extended(dtype):
+        return jax.ShapeDtypeStruct(tuple(shape), dtype)
+    return jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(tuple(shape), dtype))

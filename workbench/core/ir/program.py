@@ -38,7 +38,7 @@ class Value:
     id: int
     name: str
     shape: tuple[int, ...]
-    dtype: np.dtype
+    dtype: np.dtype  # or JAX's extended dtype of typed PRNG keys (see ``ir/dtypes``)
     kind: str
     producer: int | None = None  # the op whose result (or region input) this is
     region_of: int | None = None  # the region op whose body holds this value, None at top level

@@ -60,7 +60,13 @@ def local_params(op, params: dict, ins: list[Sharding], outs: list[Sharding], me
 
 
 def bind_local(op, args: list, ins: list[Sharding], outs: list[Sharding], mesh: Mesh, plan) -> list:
-    """Run ``op`` on local shards laid out as ``ins``, producing ``outs``."""
+    """Run ``op`` on local shards laid out as ``ins``, producing ``outs``: by the lowering
+    in the primitive's record if it has one (see ``rules.registry.Record``)."""
+    from workbench.core.rules.registry import RECORDS
+
+    record = RECORDS.get(op.primitive)
+    if record is not None and record.local is not None:
+        return record.local(op, args, ins, outs, mesh)
     params = local_params(op, dict(op.params), ins, outs, mesh)
     prim = op.jax_primitive
     if op.primitive == "iota":

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from workbench.core.ir.dtypes import is_extended
 from workbench.core.lowering.local import shard_index
 from workbench.core.mesh import Mesh
 from workbench.core.redistribute import Step
@@ -16,6 +18,14 @@ def _names(axes):
 
 
 def run_step(x, step: Step, mesh: Mesh):
+    """One step on a local array; a key array moves as its words (leading dims alike)."""
+    if is_extended(x.dtype):
+        impl = jax.random.key_impl(x)
+        return jax.random.wrap_key_data(_run(jax.random.key_data(x), step, mesh), impl=impl)
+    return _run(x, step, mesh)
+
+
+def _run(x, step: Step, mesh: Mesh):
     kind, axes = step.kind, step.axes
     if kind == "slice":
         new = step.after.local_shape(mesh)[step.dim]

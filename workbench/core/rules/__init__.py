@@ -11,6 +11,7 @@ from workbench.core.rules import (  # noqa: F401  (importing registers the rules
     elementwise,
     indexing,
     misc,
+    random,
     reduce,
     shape,
 )

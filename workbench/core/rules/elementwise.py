@@ -46,7 +46,7 @@ UNARY = (
 BINARY = (
     "and", "atan2", "clamp", "complex", "eq", "ge", "gt", "igamma", "igammac", "le", "lt",
     "max", "min", "ne", "nextafter", "or", "pow", "rem", "shift_left", "shift_right_arithmetic",
-    "shift_right_logical", "xor", "threefry2x32",
+    "shift_right_logical", "xor",
 )  # fmt: skip
 LINEAR_UNARY = ("neg", "real", "imag", "conj", "reduce_precision")
 IDENTITY = ("copy", "copy_p", "name", "stop_gradient")
@@ -72,6 +72,23 @@ def _convert_rule(params, operands, results):
     # float -> float keeps sums and order; a cast to an integer rounds, so it is not linear
     floats = is_float(operands[0].dtype) and is_float(results[0].dtype)
     return pointwise(operands, results, linear=((0,),) if floats else (), structural=floats)
+
+
+@register("bitcast_convert_type")
+def _bitcast_rule(params, operands, results):
+    """Same width: elementwise. To a narrower type a trailing dim appears (wider: it goes);
+    it is blocked."""
+    (x,), (out,) = operands, results
+    if x.rank == out.rank:
+        return pointwise(operands, results)
+    b = MappingBuilder()
+    lead = b.dims_for(min(x, out, key=lambda t: t.rank).shape)
+    extra = [
+        (b.factor(n, blocked=True),) for n in max(x, out, key=lambda t: t.rank).shape[len(lead) :]
+    ]
+    b.operand(lead if x.rank < out.rank else [*lead, *extra])
+    b.result(lead if out.rank < x.rank else [*lead, *extra])
+    return b.build()
 
 
 @register("add", "sub", "add_any")

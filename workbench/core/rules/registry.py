@@ -1,4 +1,8 @@
-"""The registry of sharding rules, keyed by primitive name.
+"""The registry of what the engine knows per primitive, keyed by primitive name.
+
+Every primitive with a sharding rule has a ``Record``: the rule, and optionally its
+per-device cost (``costs.op_cost`` asks the record first) and its per-device lowering
+under ``shard_map`` (``lowering.local.bind_local`` asks the record first).
 
 A rule is a pure function ``(params, operands, results) -> FactorMapping`` where
 operands and results are ``TensorType``s. For ops with regions (scan, while, cond) the
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from workbench.core.rules.mapping import FactorMapping, TensorType, barrier_mapping
@@ -25,18 +30,34 @@ class Rule(Protocol):
     ) -> FactorMapping: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One primitive's knowledge. ``cost(params, operands, results) -> OpCost`` prices it on
+    local types; ``local(op, args, ins, outs, mesh) -> list`` runs it on local shards laid
+    out as ``ins`` (operand ``Sharding``s), producing ``outs``. None: the defaults."""
+
+    rule: Rule
+    cost: Callable | None = None
+    local: Callable | None = None
+
+
 RULES: dict[str, Rule] = {}
+RECORDS: dict[str, Record] = {}
 _warned: set[str] = set()
 
 
-def register(*primitives: str) -> Callable[[Rule], Rule]:
-    """Register one rule under one or more primitive names; a second registration is a bug."""
+def register(
+    *primitives: str, cost: Callable | None = None, local: Callable | None = None
+) -> Callable[[Rule], Rule]:
+    """Register one rule (with its cost and local lowering, if given) under one or more
+    primitive names; a second registration is a bug."""
 
     def wrap(rule: Rule) -> Rule:
         for name in primitives:
             if name in RULES:
                 raise ValueError(f"primitive {name!r} already has a sharding rule: {RULES[name]}")
             RULES[name] = rule
+            RECORDS[name] = Record(rule, cost, local)
         return rule
 
     return wrap

@@ -1,0 +1,87 @@
+"""What the workbench sees in a program, as findings people read: the anatomy's state and
+data roles, then each attention, the MLP splits, embeddings, output heads and blocks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One thing the workbench sees: a role, the values in it, the dimension it is about."""
+
+    role: str
+    values: tuple[int, ...]
+    dim: int | None
+    evidence: str
+    confidence: float
+
+
+def report(anatomy) -> list[Finding]:
+    """The anatomy's findings, with its layers' (see the module docstring)."""
+    layers = anatomy.layers
+    out = list(anatomy.findings)
+    for i, a in enumerate(layers.attention):
+        members = (*a.queries, *a.keys, *a.values, *a.output)
+        how = (
+            "a fused projection split after its matmul: queries, keys and values are the "
+            "activations entering the attention dots"
+            if a.fused
+            else "up projections whose output meets in a dot of two activations that carries "
+            "it as a batch dimension (the heads), and a down projection contracting it"
+        )
+        out.append(Finding(f"attention {i}", members, None, how, 0.8 if a.fused else 0.9))
+    mlp = anatomy.hidden_splits()
+    if mlp:
+        out.append(
+            Finding(
+                "mlp hidden",
+                tuple(v for v, _ in mlp),
+                mlp[0][1],
+                "up projections into a class a down projection contracts, carried by no "
+                "attention dot",
+                0.9,
+            )
+        )
+    for table, vocab in anatomy.embeddings:
+        out.append(
+            Finding(
+                "embedding",
+                (table,),
+                vocab,
+                "a parameter a gather looks rows up in (the looked-up dimension is the vocabulary)",
+                0.9,
+            )
+        )
+    for head, vocab in layers.heads_out:
+        out.append(
+            Finding(
+                "output head",
+                (head,),
+                vocab,
+                "an up projection into a class no down projection contracts (the logits)",
+                0.7,
+            )
+        )
+    if layers.stacked:
+        out.append(
+            Finding(
+                "repeated block",
+                layers.stacked,
+                0,
+                f"parameters a loop slices per step ({layers.repeats} steps)",
+                0.95,
+            )
+        )
+    elif len(layers.blocks) > 1:
+        out.append(
+            Finding(
+                "repeated block",
+                layers.blocks[0],
+                None,
+                f"{len(layers.blocks)} blocks of parameters of the same shapes and kinds, in "
+                "the order the forward pass reads them (the first shown)",
+                0.85,
+            )
+        )
+    return out
