@@ -234,9 +234,13 @@ _PLAN_CACHE: dict = {}
 
 def clear_caches() -> None:
     """Forget every op layout planned so far in this process (and the canonical shardings
-    they share): the next plans start from nothing, as in a fresh process."""
+    they share, and the elementwise factor mappings built so far): the next plans start from
+    nothing, as in a fresh process."""
+    from workbench.core.rules.elementwise import clear_pointwise
+
     _PLAN_CACHE.clear()
     clear_canonical()
+    clear_pointwise()
 
 
 def plan_op(program, mesh: Mesh, state: State, op, ix: OpIndex) -> tuple:

@@ -239,9 +239,10 @@ def build_anatomy(program) -> Anatomy:
     """Read the roles of ``program``'s values (see the module docstring)."""
     values, ops = program.values, program.ops
     classes = dimension_classes(program)
-    phase_readers: dict[int, set[str]] = {}
-    for v in range(len(values)):
-        phase_readers[v] = {ops[u].phase for u in program.users[v]}
+    phase_readers: list[set[str]] = [set() for _ in values]
+    for v, users in enumerate(program.users):
+        for u in users:
+            phase_readers[v].add(ops[u].phase)
     findings: list[Finding] = []
     keys = tuple(
         i
@@ -261,10 +262,15 @@ def build_anatomy(program) -> Anatomy:
             chain_members.setdefault(chains.find(v), []).append(v)
     outputs = [o for o in program.outputs if isinstance(o, int)]
     paired = tree_pairs(program)
+    chain_outputs: dict[int, list[int]] = {}  # chain -> its outputs, in output order
+    for o in dict.fromkeys(outputs):
+        if values[o].region_of is None:
+            chain_outputs.setdefault(chains.find(o), []).append(o)
     parameters, state, gradients, updates, new_params = [], {}, {}, {}, {}
-    for members in chain_members.values():
+    for root, members in chain_members.items():
         if len(members) < 2:
             continue
+        outs = tuple(chain_outputs.get(root, ()))
         inputs = [v for v in members if values[v].kind == "input" and v not in key_set]
         read_by_model = [v for v in inputs if phase_readers[v] & {"forward", "backward"}]
         if not read_by_model:  # the update works on a copy (a float32 master) and returns
@@ -272,9 +278,8 @@ def build_anatomy(program) -> Anatomy:
             read_by_model = list(
                 dict.fromkeys(
                     paired[o]
-                    for o in outputs
+                    for o in outs
                     if o in paired
-                    and o in set(members)
                     and paired[o] not in key_set
                     and phase_readers[paired[o]] & {"forward", "backward"}
                 )
@@ -294,7 +299,6 @@ def build_anatomy(program) -> Anatomy:
         parameters.append(p)
         gradients[p] = grads[-1]
         state[p] = tuple(v for v in inputs if v != p)
-        outs = tuple(v for v in outputs if v in set(members))
         updates[p] = outs
         # the output returned where the parameter was passed; else the first of its dtype
         same = [o for o in outs if paired.get(o) == p] or [

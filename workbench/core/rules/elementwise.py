@@ -5,6 +5,8 @@ Rank-0 operands (scalar literals such as ``2.0`` in ``mul x 2.0``) carry no fact
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -16,8 +18,25 @@ def pointwise(operands, results, **kwargs) -> FactorMapping:
     """The shared builder: one factor per result dimension, shared by all full-rank tensors.
 
     A size-1 operand dimension facing a larger result dimension is broadcast (lax binary
-    ops allow that): it carries no factor.
+    ops allow that): it carries no factor. Mappings are values: ops of the same shapes (the
+    elementwise ops of repeated layers) share one, built once (``_pointwise``).
     """
+    return _pointwise(
+        tuple(t.shape for t in operands),
+        tuple(t.shape for t in results),
+        tuple(sorted(kwargs.items())),
+    )
+
+
+def clear_pointwise() -> None:
+    """Forget the elementwise mappings built so far (``plan.clear_caches`` calls this)."""
+    _pointwise.cache_clear()
+
+
+@lru_cache(maxsize=8192)
+def _pointwise(operand_shapes, result_shapes, kwargs) -> FactorMapping:
+    operands = [TensorType(s) for s in operand_shapes]
+    results = [TensorType(s) for s in result_shapes]
     shape = results[0].shape
     b = MappingBuilder()
     dims = b.dims_for(shape)
@@ -34,7 +53,7 @@ def pointwise(operands, results, **kwargs) -> FactorMapping:
             raise ValueError(f"operand of rank {t.rank} in an op of rank {len(shape)}")
     for t in results:
         b.result(dims if t.rank == len(shape) else ())
-    return b.build(**kwargs)
+    return b.build(**dict(kwargs))
 
 
 UNARY = (
