@@ -102,7 +102,7 @@ def test_z3_shards_parameters_and_state_and_gathers_them(name):
     assert k[("reduce-scatter", ("data",))] + k[("all-reduce", ("data",))] >= len(sharded)
 
 
-@pytest.mark.parametrize("name", [m for m in MODELS if m != "eqx_lm"])
+@pytest.mark.parametrize("name", MODELS)
 def test_emb_splits_the_table_on_its_vocabulary(name):
     p = program(name)
     s = wb.Session(p, MESH, [wb.EMB("model")])

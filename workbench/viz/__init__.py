@@ -1,9 +1,10 @@
-"""Pure functions from core objects to pictures: the program graph, device grids, and charts
-of the simulator's estimates and the collective plan.
+"""Pure functions from core objects to pictures: the program graph, device grids, charts
+of the simulator's estimates, the collective plan and what the workbench sees in a program.
 
 Nothing here holds state or imports widgets; see README.md.
 """
 
+from workbench.viz.anatomy import anatomy_html, anatomy_rows
 from workbench.viz.charts import (
     compare_strategies,
     estimates_over_schedule,
@@ -20,6 +21,8 @@ from workbench.viz.table import collective_rows, collective_table
 __all__ = [
     "PALETTE",
     "REPLICATED",
+    "anatomy_html",
+    "anatomy_rows",
     "axis_colors",
     "collective_rows",
     "collective_table",

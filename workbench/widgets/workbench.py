@@ -5,7 +5,8 @@ it clears the error line, runs the call, and redraws every view from the session
 failure shows in the error line (``WorkbenchError`` as its message, anything else with
 its traceback) and leaves the session as it was. The views only show what core and viz
 return: the program graph, the estimate and its charts, the collective plan, the value
-inspector, the run panel and the export panel.
+inspector, what the workbench sees in the model (with its role corrections), the run panel
+and the export panel.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from workbench.viz import (
     to_svg,
 )
 from workbench.widgets import render
+from workbench.widgets.anatomy import AnatomyPanel
 from workbench.widgets.controls import (
     AutoPanel,
     HistoryPanel,
@@ -113,6 +115,7 @@ class Workbench(w.VBox):
         self.builder = TacticBuilder(self)
         self.auto = AutoPanel(self, auto_budget)
         self.history = HistoryPanel(self)
+        self.anatomy = AnatomyPanel(self, self.builder.value.options)
 
         # the program graph and how it is drawn
         self.collapse = w.Dropdown(
@@ -204,8 +207,9 @@ class Workbench(w.VBox):
                 self.table,
                 w.VBox([self.inspect_value, self.inspector, self.grid_chart]),
                 w.VBox([w.HBox([self.lowering, self.run_button]), self.run_result]),
+                self.anatomy.box,
             ],
-            titles=("Collectives", "Inspect a value", "Run"),
+            titles=("Collectives", "Inspect a value", "Run", "Anatomy"),
         )
         super().__init__(
             [
@@ -268,6 +272,7 @@ class Workbench(w.VBox):
         self.draw_graph()
         self.draw_estimate()
         self.table.value = render.collective_table(collective_rows(s, hardware=self.hardware))
+        self.anatomy.update(s)
         self.draw_inspector()
         self.draw_export()
         if self._run_for is not s.state:

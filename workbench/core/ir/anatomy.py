@@ -407,7 +407,12 @@ def _batch(program, classes: DimClasses, params: set[int], data_inputs, findings
     why += ", no parameter carries"
     why += ", and no op carries twice" if batch not in classes.conflicts else ""
     if ties:
-        why += f"; {len(ties)} other class(es) tie, the earlier dimension wins"
+        why += (
+            f"; {len(ties)} other class(es) as often, which an op carries twice (attention's "
+            "sequence)"
+            if batch not in classes.conflicts and all(c in classes.conflicts for c in ties)
+            else f"; {len(ties)} other class(es) tie, the earlier dimension wins"
+        )
     findings.append(
         Finding(
             "data",

@@ -58,6 +58,7 @@ class Attention:
     values: tuple[int, ...]
     output: tuple[int, ...]  # down-projection parameters
     fused: bool
+    fused_from: tuple[int, ...] = ()  # the fused projections' parameters
 
 
 @dataclass(eq=False)
@@ -182,11 +183,18 @@ def find_layers(anatomy) -> Layers:
         dn = op.params["dimension_numbers"]
         tdims = classes.dims_of(op.operands[0], len(values[op.operands[0]].shape))
         pdims = classes.dims_of(table, len(values[table].shape))
-        for d in dn.collapsed_slice_dims:
+        shape = values[op.operands[0]].shape
+        looked_up = [  # indexed dims a slice takes less of than the whole (one row: a token)
+            d for d in dn.start_index_map if op.params["slice_sizes"][d] < shape[d]
+        ]
+        for d in looked_up:
             if tdims[d] in pdims and (table, pdims.index(tdims[d])) not in embeddings:
                 embeddings.append((table, pdims.index(tdims[d])))
     heads_out = []
+    fused_from = {p for a in attention for p in a.fused_from}
     for proj in projections:
+        if proj.param in fused_from:
+            continue
         if proj.kind == "up" and not any(c in hidden for c in proj.free):
             pdims = classes.dims_of(proj.param, len(values[proj.param].shape))
             vocab = [c for c in proj.free if c != model and c in pdims]
@@ -280,7 +288,8 @@ def _attention(program, anatomy, act_dots, projections, act_batch, hidden) -> li
         output = tuple(
             dict.fromkeys(p.param for p in projections if p.kind == "down" and h in p.contracted)
         )
-        out.append(Attention(h, s.id, context.id, q, k, v, output, fused))
+        fused_from = tuple(dict.fromkeys(p.param for f in found for p in f)) if fused else ()
+        out.append(Attention(h, s.id, context.id, q, k, v, output, fused, fused_from))
     return out
 
 

@@ -20,7 +20,7 @@ class Finding:
 def report(anatomy) -> list[Finding]:
     """The anatomy's findings, with its layers' (see the module docstring)."""
     layers = anatomy.layers
-    out = list(anatomy.findings)
+    out = [_current(anatomy, f) for f in anatomy.findings]
     for i, a in enumerate(layers.attention):
         members = (*a.queries, *a.keys, *a.values, *a.output)
         how = (
@@ -85,3 +85,34 @@ def report(anatomy) -> list[Finding]:
             )
         )
     return out
+
+
+def _current(anatomy, finding: Finding) -> Finding:
+    """A stored finding with the values the schedule's corrections left (``Role`` steps)."""
+    corrected = {role for role, _, _ in anatomy.corrections}
+    if finding.role == "parameter" and corrected & {"parameter", "none", "data"}:
+        values = anatomy.parameters
+    elif finding.role == "data" and corrected & {"parameter", "none", "data"}:
+        values = tuple(v for v, _ in anatomy.data)
+    elif finding.role == "batch" and corrected & {"parameter", "none", "data"}:
+        with_batch = [(v, d) for v, d in anatomy.data if d is not None]
+        if set(v for v, _ in with_batch) == set(finding.values):
+            return finding
+        return Finding(
+            "batch",
+            tuple(v for v, _ in with_batch),
+            with_batch[0][1] if with_batch else None,
+            finding.evidence + "; corrected by Role steps of the schedule",
+            1.0,
+        )
+    else:
+        return finding
+    if set(values) == set(finding.values):
+        return finding
+    return Finding(
+        finding.role,
+        tuple(values),
+        finding.dim,
+        finding.evidence + "; corrected by Role steps of the schedule",
+        1.0,
+    )
