@@ -53,11 +53,6 @@ def _by_dim(program, mesh, state, axis, picks) -> list[Tactic]:
     return [Tile(_names(program, ids), d, axis) for d, ids in groups.items()]
 
 
-def _loop_slices(program, anatomy, param: int) -> list[tuple[int, int]]:
-    """``(region input, dims dropped)`` for each loop body input standing for ``param``."""
-    return anatomy.loop_slices.get(param, [])
-
-
 def _shard_dim(shape, sharding, mesh, axis) -> int | None:
     """The largest dim the axis still divides (ties: the later dim), or None."""
     size = mesh.axis_size(axis)
@@ -200,7 +195,7 @@ def _sharded_like_params(tactic, program, mesh, state, *, params: bool):
             continue
         tiles.append(Tile(_names(program, group), d, tactic.axis))
         if params:  # inside loops, each step's slice stays sharded too: gathered per step
-            for u, dropped in _loop_slices(program, view, p):
+            for u, dropped in view.loop_slices.get(p, ()):
                 if d >= dropped and not state.shardings[u].uses(tactic.axis):
                     out.append(Atomic(program.values[u].name, tactic.axis))
                     tiles.append(Tile(program.values[u].name, d - dropped, tactic.axis))

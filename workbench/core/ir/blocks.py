@@ -15,12 +15,6 @@ from __future__ import annotations
 
 from workbench.core.ir.layers import region_operands
 
-CASTS = frozenset({"convert_element_type", "reshape", "transpose", "copy"})
-
-
-def o_inside(op, inside) -> bool:
-    return op.id in inside
-
 
 def block_interior(anatomy) -> frozenset[int]:
     """Op ids inside attention and MLP blocks (see the module docstring)."""
@@ -36,19 +30,10 @@ def block_interior(anatomy) -> frozenset[int]:
     ]
     weights = {p.param for p in (*ups, *downs)}
     entries = {v for p in ups for v in ops[p.op].operands if isinstance(v, int) and v != p.operand}
-    derived = set(weights)  # values that are a weight (or a cast, or a loop's slice of one)
-    up_derived = {p.param for p in ups}
-    for op in ops:
-        for region, outer in zip(op.regions, region_operands(op)):
-            for inner, o in zip(region.inputs, outer):
-                if o in derived:
-                    derived.add(inner)
-                    if o in up_derived:
-                        up_derived.add(inner)
-        if op.primitive in CASTS and op.operands and op.operands[0] in derived:
-            derived.update(op.results)
-            if op.operands[0] in up_derived:
-                up_derived.update(op.results)
+    # a weight, or a cast or a loop's slice of one (the layers' origins)
+    derived = {v for v, p in layers.origin.items() if p in weights}
+    up_weights = {p.param for p in ups}
+    up_derived = {v for v in derived if layers.origin[v] in up_weights}
     # forward: ancestors of the down projections, stopping at block inputs and weights
     inside: set[int] = set()
     frontier = [p.op for p in downs]
@@ -67,7 +52,7 @@ def block_interior(anatomy) -> frozenset[int]:
     # constants only the interior reads (a causal mask)
     constant = set()
     for op in ops:
-        if op.phase != "forward" or op.regions or o_inside(op, inside):
+        if op.phase != "forward" or op.regions or op.id in inside:
             continue
         made = [v for v in op.operands if isinstance(v, int) and values[v].kind != "const"]
         if all(v in constant for v in made):

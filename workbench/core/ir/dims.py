@@ -36,11 +36,10 @@ class UnionFind:
 
 @dataclass(frozen=True, slots=True)
 class DimClasses:
-    """``of(value, dim)`` is the class id of a dimension; ``members[c]`` its dimensions."""
+    """``of(value, dim)`` is the class id of a dimension."""
 
     base: tuple[int, ...]  # per value, the node id of its dim 0
     cls: tuple[int, ...]  # per node, its class (the smallest node id in it)
-    members: dict[int, tuple[tuple[int, int], ...]]
     conflicts: dict[int, tuple[int, ...]]  # class -> ops carrying it on two factors
 
     def of(self, value: int, dim: int) -> int:
@@ -51,7 +50,7 @@ class DimClasses:
         return self.cls[b : b + rank]
 
     def __len__(self) -> int:
-        return len(self.members)
+        return len(set(self.cls))
 
 
 def dimension_classes(program) -> DimClasses:
@@ -83,10 +82,6 @@ def dimension_classes(program) -> DimClasses:
                     first[f] = node
         majors.append(seen)
     cls = tuple(uf.find(i) for i in range(n))
-    members: dict[int, list[tuple[int, int]]] = {}
-    for vid, v in enumerate(values):
-        for d in range(len(v.shape)):
-            members.setdefault(cls[base[vid] + d], []).append((vid, d))
     conflicts: dict[int, list[int]] = {}
     for oid, seen in enumerate(majors):
         by_class: dict[int, int] = {}
@@ -97,6 +92,5 @@ def dimension_classes(program) -> DimClasses:
     return DimClasses(
         tuple(base),
         cls,
-        {c: tuple(m) for c, m in members.items()},
         {c: tuple(o) for c, o in conflicts.items()},
     )

@@ -73,6 +73,7 @@ class Layers:
     stacked: tuple[int, ...]  # parameters a loop slices per step (one block, repeated)
     repeats: int  # how many times the block repeats (layers)
     slots: dict[int, int] = field(default_factory=dict)  # parameter -> its place in a block
+    origin: dict[int, int] = field(default_factory=dict)  # value -> the parameter it is
 
     def split_dim(self, anatomy, param: int) -> int | None:
         """The dimension Megatron splits: the hidden (heads first) class an up projection of
@@ -212,6 +213,7 @@ def find_layers(anatomy) -> Layers:
         stacked,
         repeats,
         slots,
+        origin,
     )
 
 
