@@ -1,5 +1,7 @@
 """One small program per primitive, for the golden rule tests: name -> (fn, args)."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -118,3 +120,17 @@ CASES = {
         (a(dtype=bool), a(2, 4)),
     ),
 }
+
+
+def mapping_text(cases, key) -> str:
+    """The printed factor mapping of the first ``key`` primitive in ``cases[key]``'s program
+    (the key's part before ``/`` names the primitive); no rule may fall back to a barrier."""
+    import workbench as wb
+
+    fn, args = cases[key]
+    primitive = key.split("/")[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        program = wb.capture(fn, *args)
+        (op, *_) = [op for op in program.ops if op.primitive == primitive]
+        return str(program.mapping(op))

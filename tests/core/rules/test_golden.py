@@ -1,11 +1,9 @@
 """Golden tests: the factor mapping of every rule, one case per primitive, written out."""
 
-import warnings
-
 import pytest
 
-import workbench as wb
 from tests.core.rules.cases import CASES
+from tests.core.rules.cases import mapping_text as golden_text
 
 GOLDEN = {
     "add": "([i, j], [i, j])->([i, j]) {i=2, j=4} linear: 0+1",
@@ -66,13 +64,7 @@ GOLDEN = {
 
 
 def mapping_text(key):
-    fn, args = CASES[key]
-    primitive = key.split("/")[0]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no rule may fall back to a barrier here
-        program = wb.capture(fn, *args)
-        (op, *_) = [op for op in program.ops if op.primitive == primitive]
-        return str(program.mapping(op))
+    return golden_text(CASES, key)
 
 
 def test_every_case_has_a_golden_text():

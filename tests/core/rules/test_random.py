@@ -4,15 +4,13 @@ What may be split depends on the key's implementation: threefry keys split per k
 (partitionable) their generated bits too; rbg keys are blocked everywhere.
 """
 
-import warnings
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.extend.random import threefry2x32_p
 
-import workbench as wb
+from tests.core.rules.cases import mapping_text as golden_text
 from workbench.core.costs import op_cost
 from workbench.core.rules import mapping_for
 from workbench.core.rules.mapping import TensorType
@@ -83,13 +81,7 @@ GOLDEN = {
 
 
 def mapping_text(key):
-    fn, args = CASES[key]
-    primitive = key.split("/")[0]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no rule may fall back to a barrier here
-        program = wb.capture(fn, *args)
-        (op, *_) = [op for op in program.ops if op.primitive == primitive]
-        return str(program.mapping(op))
+    return golden_text(CASES, key)
 
 
 def test_every_case_has_a_golden_text():

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
+import optax
 
 from workbench.models import Example
 from workbench.models._common import ConfigError
@@ -68,6 +69,26 @@ def size_of(size: str | Size) -> Size:
             "or pass a workbench.models.external.Size."
         )
     return SIZES[size]
+
+
+def warmup_cosine(size: Size, **kwargs) -> optax.Schedule:
+    """The examples' learning rate: a linear warmup from 0, then a cosine decay."""
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0,
+        peak_value=size.learning_rate,
+        warmup_steps=size.warmup_steps,
+        decay_steps=size.total_steps,
+        **kwargs,
+    )
+
+
+def clipped_adamw(size: Size) -> optax.GradientTransformation:
+    """AdamW on that schedule after clipping the gradients' global norm to 1 (as the Flax
+    examples chain it)."""
+    return optax.chain(
+        optax.clip_by_global_norm(1.0),
+        optax.adamw(learning_rate=warmup_cosine(size), weight_decay=size.weight_decay),
+    )
 
 
 def token_batch(key: jax.Array, size: Size, *names: str) -> dict[str, jax.Array]:

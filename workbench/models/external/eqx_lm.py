@@ -20,7 +20,13 @@ import jax.numpy as jnp
 import optax
 
 from workbench.models import Example
-from workbench.models.external._common import Size, example, size_of, token_batch
+from workbench.models.external._common import (
+    Size,
+    example,
+    size_of,
+    token_batch,
+    warmup_cosine,
+)
 
 
 class AttentionBlock(eqx.Module):
@@ -112,12 +118,7 @@ def make_train_step(static, optim: optax.GradientTransformation):
 
 
 def create_optimizer(size: Size) -> optax.GradientTransformation:
-    schedule = optax.warmup_cosine_decay_schedule(
-        init_value=0.0,
-        peak_value=size.learning_rate,
-        warmup_steps=size.warmup_steps,
-        decay_steps=size.total_steps,
-    )
+    schedule = warmup_cosine(size)
     return optax.adamw(learning_rate=schedule, weight_decay=size.weight_decay)
 
 

@@ -21,7 +21,13 @@ import numpy as np
 import optax
 
 from workbench.models import Example
-from workbench.models.external._common import Size, example, size_of, token_batch
+from workbench.models.external._common import (
+    Size,
+    example,
+    size_of,
+    token_batch,
+    warmup_cosine,
+)
 
 
 def layer_norm(x: jax.Array) -> jax.Array:
@@ -123,12 +129,7 @@ def make_train_step(forward: hk.Transformed, optimiser: optax.GradientTransforma
 def build(size: str | Size = "tiny", abstract: bool = False) -> Example:
     s = size_of(size)
     forward = make_forward(s)
-    schedule = optax.warmup_cosine_decay_schedule(
-        init_value=0.0,
-        peak_value=s.learning_rate,
-        warmup_steps=s.warmup_steps,
-        decay_steps=s.total_steps,
-    )
+    schedule = warmup_cosine(s)
     optimiser = optax.chain(
         optax.clip_by_global_norm(1.0),
         optax.adamw(learning_rate=schedule, b1=0.9, b2=0.99, weight_decay=s.weight_decay),

@@ -32,7 +32,13 @@ from transformers import (
 )
 
 from workbench.models import Example
-from workbench.models.external._common import Size, example, size_of, token_batch
+from workbench.models.external._common import (
+    Size,
+    example,
+    size_of,
+    token_batch,
+    warmup_cosine,
+)
 
 MASK_TOKEN_ID = 3  # the [MASK] token of the BERT batch (ids 0-3 are special tokens here)
 PAD_TOKEN_ID = 0
@@ -82,13 +88,7 @@ def examples_adamw(size: Size) -> optax.GradientTransformation:
 
 
 def llama_adamw(size: Size) -> optax.GradientTransformation:
-    schedule = optax.warmup_cosine_decay_schedule(
-        init_value=0.0,
-        peak_value=size.learning_rate,
-        warmup_steps=size.warmup_steps,
-        decay_steps=size.total_steps,
-        end_value=size.learning_rate / 10,
-    )
+    schedule = warmup_cosine(size, end_value=size.learning_rate / 10)
     return optax.chain(
         optax.clip_by_global_norm(1.0),
         optax.adamw(learning_rate=schedule, b1=0.9, b2=0.95, weight_decay=0.1, mask=decay_mask_fn),

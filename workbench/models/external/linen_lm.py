@@ -16,7 +16,13 @@ import jax.numpy as jnp
 import optax
 
 from workbench.models import Example
-from workbench.models.external._common import Size, example, size_of, token_batch
+from workbench.models.external._common import (
+    Size,
+    clipped_adamw,
+    example,
+    size_of,
+    token_batch,
+)
 
 
 class MlpBlock(nn.Module):
@@ -80,19 +86,6 @@ def create_model(size: Size) -> TransformerLM:
     )
 
 
-def create_optimizer(size: Size) -> optax.GradientTransformation:
-    schedule = optax.warmup_cosine_decay_schedule(
-        init_value=0.0,
-        peak_value=size.learning_rate,
-        warmup_steps=size.warmup_steps,
-        decay_steps=size.total_steps,
-    )
-    return optax.chain(
-        optax.clip_by_global_norm(1.0),
-        optax.adamw(learning_rate=schedule, weight_decay=size.weight_decay),
-    )
-
-
 def make_train_step(model: TransformerLM, tx: optax.GradientTransformation):
     def train_step(params, opt_state, batch):
         def loss_fn(params):
@@ -110,7 +103,7 @@ def make_train_step(model: TransformerLM, tx: optax.GradientTransformation):
 
 def build(size: str | Size = "tiny", abstract: bool = False) -> Example:
     s = size_of(size)
-    model, tx = create_model(s), create_optimizer(s)
+    model, tx = create_model(s), clipped_adamw(s)
 
     def make():
         dummy = jnp.ones((1, s.seq_len), jnp.int32)

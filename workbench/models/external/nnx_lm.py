@@ -29,7 +29,13 @@ import optax
 from flax import nnx
 
 from workbench.models import Example
-from workbench.models.external._common import Size, example, size_of, token_batch
+from workbench.models.external._common import (
+    Size,
+    clipped_adamw,
+    example,
+    size_of,
+    token_batch,
+)
 
 
 class TransformerBlock(nnx.Module):
@@ -83,19 +89,6 @@ class MiniGPT(nnx.Module):
         return self.output_layer(self.norm(x))
 
 
-def make_optimizer(size: Size) -> optax.GradientTransformation:
-    schedule = optax.warmup_cosine_decay_schedule(
-        init_value=0.0,
-        peak_value=size.learning_rate,
-        warmup_steps=size.warmup_steps,
-        decay_steps=size.total_steps,
-    )
-    return optax.chain(
-        optax.clip_by_global_norm(1.0),
-        optax.adamw(learning_rate=schedule, weight_decay=size.weight_decay),
-    )
-
-
 def loss_fn(model: MiniGPT, batch):
     logits = model(batch["inputs"])
     return optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"]).mean()
@@ -103,7 +96,7 @@ def loss_fn(model: MiniGPT, batch):
 
 def create(size: Size, seed: int = 0) -> tuple[MiniGPT, nnx.Optimizer]:
     model = MiniGPT(size, rngs=nnx.Rngs(seed))
-    optimizer = nnx.Optimizer(model, make_optimizer(size), wrt=nnx.Param)
+    optimizer = nnx.Optimizer(model, clipped_adamw(size), wrt=nnx.Param)
     return model, optimizer
 
 
