@@ -231,3 +231,34 @@ def test_sp_runs_like_the_unpartitioned_step():
     program = wb.capture(ex.fn, *ex.args)
     s = wb.Session(program, MESH, [wb.BP("batch"), wb.MP("model"), wb.SP("model")])
     assert s.run(repeats=1).matches
+
+
+@pytest.mark.parametrize(
+    "model, tactic, message",
+    [
+        (
+            "mlp",
+            wb.EMB("model"),
+            r"EMB\('model', dim='vocab'\): the workbench sees no embedding table",
+        ),
+        ("mlp", wb.SP("model"), r"SP\('model'\): the workbench sees no residual stream"),
+        ("cnn", wb.MQ("model"), r"MQ\('model'\): the workbench sees no attention queries"),
+    ],
+)
+def test_a_strategy_with_nothing_to_act_on_says_what_would_work(model, tactic, message):
+    s = wb.Session(zoo_program(model), MESH)
+    with pytest.raises(wb.WorkbenchError, match=message):
+        s.apply(tactic)
+    assert s.step == 0
+
+
+def test_bp_on_a_step_without_data_says_what_would_work():
+    def step(t):  # a scalar input: nothing with a batch dimension
+        return t * 2.0
+
+    s = wb.Session(wb.capture(step, jax.ShapeDtypeStruct((), "float32")), MESH)
+    with pytest.raises(
+        wb.WorkbenchError, match=r"sees no data input with a batch dimension.*inputs= and dim="
+    ):
+        s.apply(wb.BP("batch"))
+    assert s.step == 0
