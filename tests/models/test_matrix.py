@@ -106,6 +106,7 @@ def test_z3_shards_parameters_and_state_and_gathers_them(name):
 def test_emb_splits_the_table_on_its_vocabulary(name):
     p = program(name)
     s = wb.Session(p, MESH, [wb.EMB("model")])
+    assert p.anatomy().embeddings
     for table, vocab in p.anatomy().embeddings:
         size = p.values[table].shape[vocab]
         if size % 4 == 0:

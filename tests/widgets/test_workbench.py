@@ -210,7 +210,7 @@ def test_run_on_the_devices(program):
     assert b.session.step == 1
     b.run_button.click()
     assert not b.error.value, b.error.value
-    assert "outputs match" in b.run_result.value and "measured step" in b.run_result.value
+    assert "outputs agree" in b.run_result.value and "measured step" in b.run_result.value
     assert b.last_run.matches and "predicted" in b.run_result.value
     b.history.undo.click()
     assert "Not run at this step" in b.run_result.value

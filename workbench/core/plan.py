@@ -64,6 +64,7 @@ class Plan:
     collectives: tuple[Collective, ...]
     # values some fetch redistributes (a collective or a local step reads them from memory)
     redistributed: frozenset[int] = frozenset()
+    probes: tuple[Fetch, ...] = ()  # per probed value (see ``build_plan``), after the outputs
 
     def op(self, op_id: int) -> OpPlan:
         return self.ops[op_id]
@@ -477,7 +478,7 @@ class Planner:
                         return prov[(r, axis)].tactic
         return None
 
-    def run(self) -> Plan:
+    def run(self, probes=()) -> Plan:
         p = self.program
         self.open_scope()
         for v in p.inputs:
@@ -492,8 +493,16 @@ class Planner:
             else None
             for v in p.outputs
         )
+        probed = tuple(
+            self.fetch(v, _layout(self.state.shardings[v], self.state.shardings[v].dims), None)
+            for v in probes
+        )
         return Plan(
-            tuple(self.ops), outputs, tuple(self.collectives), frozenset(self.redistributed)
+            tuple(self.ops),
+            outputs,
+            tuple(self.collectives),
+            frozenset(self.redistributed),
+            probed,
         )
 
     def walk(self, op_ids) -> None:
@@ -532,9 +541,11 @@ class Planner:
 
 
 @without_gc
-def build_plan(program, mesh: Mesh, state: State) -> Plan:
-    """The execution plan of ``state`` (see module doc)."""
-    return Planner(program, mesh, state).run()
+def build_plan(program, mesh: Mesh, state: State, probes=()) -> Plan:
+    """The execution plan of ``state`` (see module doc). ``probes``: top-level values the
+    program also returns, after its outputs, in their decided layouts with pending
+    reductions done (a run's verdict reads them to find where two runs part)."""
+    return Planner(program, mesh, state).run(tuple(probes))
 
 
 def collective_why(program, step: Step, v: int, consumer: int | None) -> str:

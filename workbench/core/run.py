@@ -5,6 +5,7 @@ reads that output, as the simulator's memory and step time assume."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 import warnings
@@ -19,8 +20,11 @@ from jax.sharding import NamedSharding
 from workbench.core.errors import WorkbenchError
 from workbench.core.ir.dtypes import impl_name, is_extended, key_data, words
 from workbench.core.lowering.explicit import spec
+from workbench.core.lowering.float64 import reference64
+from workbench.core.lowering.interpret import Interpreter
 from workbench.core.rules.random import sharding_notes
 from workbench.core.units import format_bytes, format_seconds
+from workbench.core.verdict import Check, Verdict, check, gradient_probes, judge
 
 #: (relative tolerance, absolute floor) per output dtype, for "outputs match?"
 TOLERANCE = {
@@ -40,26 +44,36 @@ class RunResult:
     device: str
     outputs: Any  # the partitioned program's outputs, as the function's pytree
     reference: Any  # the unpartitioned program's outputs
-    max_abs_error: float
+    max_abs_error: float  # partitioned against unpartitioned, for information
     max_rel_error: float
-    matches: bool
+    verdict: Verdict  # both against a float64 reference: do they agree?
     step_time_s: float  # median over ``times_s``
     times_s: tuple[float, ...]
     compile_time_s: float
     memory: dict = field(default_factory=dict)  # per device, from XLA's memory_analysis
-    differing: tuple[tuple[str, float], ...] = ()  # outputs out of tolerance: (name, rel error)
     donated: tuple[str, ...] = ()  # inputs the timed steps donated (run as a training loop)
     notes: tuple[str, ...] = ()  # what holds for this program under sharding (random bits)
+
+    @property
+    def matches(self) -> bool:
+        """The verdict: the partitioned program is as accurate as the unpartitioned one."""
+        return self.verdict.agree
+
+    @property
+    def differing(self) -> tuple[Check, ...]:
+        """The outputs that differ, worst first."""
+        return self.verdict.differing
 
     def __str__(self) -> str:
         mem = self.memory.get("peak_memory_in_bytes") or self.memory.get("temp_size_in_bytes", 0)
         return (
-            f"{self.lowering} run on {self.device}: outputs {'match' if self.matches else 'DIFFER'} "
-            f"(max abs error {self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g}); "
+            f"{self.lowering} run on {self.device}: outputs {'agree' if self.matches else 'DIFFER'} "
+            f"(against the unpartitioned: max abs error {self.max_abs_error:.3g}, max rel error "
+            f"{self.max_rel_error:.3g}); "
             f"step {format_seconds(self.step_time_s)} (median of {len(self.times_s)}"
             f"{self.loop_text()}), "
             f"compile {format_seconds(self.compile_time_s)}, peak memory per device {format_bytes(mem)}"
-            + self.differing_text()
+            + ("" if self.matches else "\n" + str(self.verdict))
             + "".join(f"\nnote: {n}" for n in self.notes)
         )
 
@@ -70,12 +84,18 @@ class RunResult:
         return f", as a training loop donating {len(self.donated)} inputs"
 
     def differing_text(self, top: int = 5) -> str:
-        """The outputs out of tolerance, worst first (empty when every output matches)."""
-        if not self.differing:
+        """The outputs that differ, worst first, and the first value that does (empty when
+        the verdict is agree)."""
+        if self.matches:
             return ""
-        worst = ", ".join(f"{name} ({rel:.2g})" for name, rel in self.differing[:top])
+        worst = ", ".join(
+            f"{c.name} ({max(c.error, c.noisy_error):.2g} from float64, tolerance "
+            f"{c.tolerance:.2g})"
+            for c in self.differing[:top]
+        )
         more = f" and {len(self.differing) - top} more" if len(self.differing) > top else ""
-        return f"; out of tolerance: {worst}{more}"
+        first = f"; first differing value: {self.verdict.first}" if self.verdict.first else ""
+        return f"; out of tolerance: {worst}{more}{first}"
 
 
 def example_inputs(program, seed: int = 0) -> list:
@@ -167,15 +187,76 @@ def compare(outputs, reference, dtypes=None) -> tuple[float, float, bool]:
     return worst_abs, worst_rel, ok
 
 
-def _differing(program, outputs, reference) -> tuple[tuple[str, float], ...]:
-    """The outputs out of tolerance, worst first: (name, relative error)."""
-    bad = []
-    dtypes = tolerance_dtypes(program)
-    for v, out, ref, dtype in zip(program.outputs, outputs, reference, dtypes):
-        _, rel, ok = compare([out], [ref], [dtype])
-        if not ok:
-            bad.append((program.values[v].name, rel))
-    return tuple(sorted(bad, key=lambda x: -x[1]))
+def references(program, flat_args, extra=(), *, cache_key=None) -> tuple[list, list]:
+    """The unpartitioned program's outputs then the arrays of ``extra`` value ids, on one
+    device as the program computes them and in float64 (kept per program for ``cache_key``)."""
+    cache = program.__dict__.setdefault("_references", {})
+    key = (cache_key, tuple(extra))
+    if cache_key is not None and key in cache:
+        return cache[key]
+    unpartitioned = list(jax.jit(Interpreter(program, extra))(*flat_args))
+    out = (unpartitioned, reference64(program, flat_args, extra))
+    if cache_key is not None:
+        cache[key] = out
+    return out
+
+
+#: bytes of intermediates a failed verdict probes to find where the runs part
+PROBE_BYTES = 1 << 28
+
+
+def first_difference(session, flat, *, lowering, devices=None, cache_key=None) -> str | None:
+    """Where the partitioned program first departs from the unpartitioned one: the first
+    top-level value, in program order, whose partitioned result is farther from float64
+    than the verdict allows, with its op and the tactics that shaped it."""
+    program, state = session.program, session.state
+    candidates, total = [], 0
+    for oid in program.body:
+        for v in program.ops[oid].results:
+            value = program.values[v]
+            if is_extended(value.dtype) or not jnp.issubdtype(value.dtype, jnp.inexact):
+                continue
+            total += value.nbytes
+            if total > PROBE_BYTES:
+                break
+            candidates.append(v)
+    if not candidates:
+        return None
+    fn, jmesh = session.lower(lowering, devices=devices, probes=candidates)
+    placed = [
+        jax.device_put(a, NamedSharding(jmesh, spec(state.shardings[v])))
+        for a, v in zip(flat, program.inputs)
+    ]
+    n = len(program.outputs)
+    part = fn(*placed)[n:]
+    unpart, ref = references(program, flat, candidates, cache_key=cache_key)
+    for v, p, u, r in zip(candidates, part, unpart[n:], ref[n:]):
+        value = program.values[v]
+        if not check(value.name, "value", p, u, r, str(value.dtype)).ok:
+            return describe_value(session, v)
+    return None
+
+
+def describe_value(session, v: int) -> str:
+    """A value, the op that made it, and the tactics behind its and its operands' shardings."""
+    program, state = session.program, session.state
+    op = program.ops[program.values[v].producer]
+    shaped = sorted(
+        {
+            state.provenance[(w, axis)].tactic
+            for w in (v, *op.operands)
+            if isinstance(w, int)
+            for axis in session.mesh.names
+            if (w, axis) in state.provenance
+        }
+    )
+    where = f" at {op.source}" if op.source else ""
+    tactics = (
+        "shaped by " + ", ".join(f"tactic #{t} {state.schedule[t]}" for t in shaped)
+        if shaped
+        else "no tactic shaped it or its operands"
+    )
+    return f"{program.values[v].name}, made by {op.name} ({op.primitive}{where}); {tactics}"
 
 
 class TrainingStep:
@@ -260,8 +341,18 @@ def run(
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
-    reference = reference_outputs(program, flat, cache_key="example" if args is None else None)
-    abs_err, rel_err, ok = compare(outputs, reference, tolerance_dtypes(program))
+    key = "example" if args is None else None
+    probes, n = gradient_probes(program), len(program.outputs)
+    unpart, ref = references(program, flat, probes, cache_key=key)
+    reference = unpart[:n]
+    abs_err, rel_err, _ = compare(outputs, reference)
+    verdict = judge(
+        program, flat, outputs, reference, ref[:n], list(zip(unpart[n:], ref[n:])),
+        tolerance_dtypes(program),
+    )  # fmt: skip
+    if not verdict.agree:
+        first = first_difference(session, flat, lowering=lowering, devices=devices, cache_key=key)
+        verdict = dataclasses.replace(verdict, first=first)
     mem = step.compiled.memory_analysis()
     memory = {
         k: int(getattr(mem, k))
@@ -284,12 +375,11 @@ def run(
         reference=jax.tree_util.tree_unflatten(tree, reference) if tree is not None else reference,
         max_abs_error=abs_err,
         max_rel_error=rel_err,
-        matches=ok,
-        differing=() if ok else _differing(program, outputs, reference),
+        verdict=verdict,
         step_time_s=statistics.median(times),
         times_s=tuple(times),
         compile_time_s=step.compile_time_s,
         memory=memory,
         donated=tuple(program.values[program.inputs[i]].name for i in step.donated),
-        notes=sharding_notes(program, ok),
+        notes=sharding_notes(program, verdict.agree),
     )

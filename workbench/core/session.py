@@ -179,23 +179,26 @@ class Session:
             overlap=overlap,
         )
 
-    def lower(self, kind: str = "explicit", devices=None, donate=()):
+    def lower(self, kind: str = "explicit", devices=None, donate=(), probes=()):
         """``(jitted fn of the flat inputs, jax Mesh)`` for ``kind`` "explicit", "constrained" or
         "propagated" (XLA propagating from the input shardings alone); ``donate``: indices of
-        inputs whose buffers the step may reuse (``jax.jit``'s ``donate_argnums``)."""
+        inputs whose buffers the step may reuse (``jax.jit``'s ``donate_argnums``); ``probes``:
+        top-level value ids the function also returns, after the outputs."""
         from workbench.core.lowering import constrained, explicit
+        from workbench.core.plan import build_plan
 
         if kind == "explicit":
+            plan = build_plan(self.program, self.mesh, self.state, probes) if probes else None
             return explicit.lower_explicit(
-                self.program, self.mesh, self.state, self.plan(), devices, donate
+                self.program, self.mesh, self.state, plan or self.plan(), devices, donate, probes
             )
         if kind == "constrained":
             return constrained.lower_constrained(
-                self.program, self.mesh, self.state, devices, donate
+                self.program, self.mesh, self.state, devices, donate, probes
             )
         if kind == "propagated":
             return constrained.lower_propagated(
-                self.program, self.mesh, self.state, devices, donate
+                self.program, self.mesh, self.state, devices, donate, probes
             )
         raise WorkbenchError(
             f"unknown lowering {kind!r}; use 'explicit', 'constrained' or 'propagated'."

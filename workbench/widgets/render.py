@@ -110,13 +110,14 @@ def inspector(name: str, sharding, why, local_shape, grid_text: str) -> str:
 
 def run_result(result, predicted_s: float | None, spec_name: str | None) -> str:
     ok = (
-        '<span style="color:#2e7d32"><b>outputs match</b></span>'
+        '<span style="color:#2e7d32"><b>outputs agree</b></span>'
         if result.matches
         else '<span style="color:#b00020"><b>outputs DIFFER</b></span>'
     )
     mem = result.memory.get("peak_memory_in_bytes") or result.memory.get("temp_size_in_bytes", 0)
     rows = [
-        f"{ok} the unpartitioned program (max abs error {result.max_abs_error:.3g}, "
+        f"{ok} with the unpartitioned program, both judged against float64 "
+        f"(partitioned against unpartitioned: max abs error {result.max_abs_error:.3g}, "
         f"max rel error {result.max_rel_error:.3g})",
         f"measured step <b>{format_seconds(result.step_time_s)}</b> "
         f"(median of {len(result.times_s)}{esc(result.loop_text())} on {esc(result.device)}, "

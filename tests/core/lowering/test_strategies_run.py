@@ -46,17 +46,23 @@ def test_strategies_shard_what_they_say(model):
 
 
 def test_a_run_names_the_outputs_out_of_tolerance():
-    from workbench.core.run import _differing, compare, example_inputs, reference_outputs
+    from workbench.core.run import example_inputs, references, tolerance_dtypes
+    from workbench.core.verdict import gradient_probes, judge
 
     program = concrete("mlp")
-    reference = reference_outputs(program, example_inputs(program))
-    outputs = list(reference)
-    k = max(range(len(outputs)), key=lambda i: outputs[i].size)
+    flat = example_inputs(program)
+    n, probes = len(program.outputs), gradient_probes(program)
+    unpart, ref = references(program, flat, probes)
+    extras = list(zip(unpart[n:], ref[n:]))
+    outputs = list(unpart[:n])
+    k = max(range(n), key=lambda i: outputs[i].size)
     outputs[k] = outputs[k] * 1.01  # one output off by 1%
-    assert not compare(outputs, reference)[2]
-    ((name, rel),) = _differing(program, outputs, reference)
-    assert name == program.values[program.outputs[k]].name and rel > 0.009
-    assert _differing(program, reference, reference) == ()
+    verdict = judge(program, flat, outputs, unpart[:n], ref[:n], extras, tolerance_dtypes(program))
+    (bad,) = verdict.differing
+    assert bad.name == program.output_names[k] and not verdict.agree
+    assert judge(
+        program, flat, unpart[:n], unpart[:n], ref[:n], extras, tolerance_dtypes(program)
+    ).agree
 
 
 @pytest.mark.parametrize("lowering", ["explicit", "constrained", "propagated"])

@@ -14,8 +14,8 @@ from workbench.core.sharding import Sharding
 
 
 class _Constrained(Interpreter):
-    def __init__(self, program, state, jmesh):
-        super().__init__(program)
+    def __init__(self, program, state, jmesh, extra=()):
+        super().__init__(program, extra)
         self.state, self.jmesh = state, jmesh
 
     def define(self, env, op, v, array, slot):
@@ -32,15 +32,16 @@ def output_layout(state, v) -> Sharding | None:
     return Sharding(s.shape, s.dtype, s.dims)
 
 
-def lower_constrained(program, mesh: Mesh, state, devices=None, donate=()):
+def lower_constrained(program, mesh: Mesh, state, devices=None, donate=(), probes=()):
     """A jitted function of the program's flat inputs, with the state's shardings as
-    constraints; ``donate``: indices of inputs whose buffers it may reuse."""
+    constraints; ``donate``: indices of inputs whose buffers it may reuse; ``probes``: value
+    ids also returned, after the outputs."""
     jmesh = jax_mesh(mesh, devices)
-    interp = _Constrained(program, state, jmesh)
+    interp = _Constrained(program, state, jmesh, probes)
     in_shardings = tuple(NamedSharding(jmesh, spec(state.shardings[v])) for v in program.inputs)
     out_shardings = tuple(
         NamedSharding(jmesh, spec(output_layout(state, v))) if isinstance(v, int) else None
-        for v in program.outputs
+        for v in (*program.outputs, *probes)
     )
 
     def fn(*flat):
@@ -51,11 +52,11 @@ def lower_constrained(program, mesh: Mesh, state, devices=None, donate=()):
     ), jmesh
 
 
-def lower_propagated(program, mesh: Mesh, state, devices=None, donate=()):
+def lower_propagated(program, mesh: Mesh, state, devices=None, donate=(), probes=()):
     """XLA's own propagation from the input shardings alone (for comparison with ours);
-    ``donate`` as for `lower_constrained`."""
+    ``donate`` and ``probes`` as for `lower_constrained`."""
     jmesh = jax_mesh(mesh, devices)
-    interp = Interpreter(program)
+    interp = Interpreter(program, probes)
     in_shardings = tuple(NamedSharding(jmesh, spec(state.shardings[v])) for v in program.inputs)
 
     def fn(*flat):

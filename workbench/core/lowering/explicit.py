@@ -24,9 +24,12 @@ from workbench.core.redistribute import as_layout, layout_key
 class _Explicit(Interpreter):
     """Interprets the program per device; ``env[v]`` maps layout keys to local arrays."""
 
-    def __init__(self, program, mesh: Mesh, plan: Plan, state):
-        super().__init__(program)
+    def __init__(self, program, mesh: Mesh, plan: Plan, state, extra=()):
+        super().__init__(program, extra)
         self.mesh, self.plan, self.state = mesh, plan, state
+
+    def extras(self, env):
+        return [self.fetch(env, f, v) for f, v in zip(self.plan.probes, self.extra)]
 
     def fetch(self, env, fetch: Fetch | None, v):
         if isinstance(v, Lit):
@@ -86,13 +89,15 @@ def jax_mesh(mesh: Mesh, devices=None) -> jax.sharding.Mesh:
     return jax.sharding.Mesh(np.asarray(devices, dtype=object).reshape(mesh.sizes), mesh.names)
 
 
-def lower_explicit(program, mesh: Mesh, state, plan: Plan, devices=None, donate=()):
+def lower_explicit(program, mesh: Mesh, state, plan: Plan, devices=None, donate=(), probes=()):
     """A jitted function of the program's flat inputs, partitioned per the plan; ``donate``:
-    indices of inputs whose buffers it may reuse (see ``jax.jit``'s ``donate_argnums``)."""
+    indices of inputs whose buffers it may reuse (see ``jax.jit``'s ``donate_argnums``);
+    ``probes``: the values of ``plan.probes``, returned after the outputs."""
     jmesh = jax_mesh(mesh, devices)
-    interp = _Explicit(program, mesh, plan, state)
+    interp = _Explicit(program, mesh, plan, state, probes)
     in_specs = tuple(spec(state.shardings[v]) for v in program.inputs)
-    out_specs = tuple(spec(f.dst) if f is not None else PartitionSpec() for f in plan.outputs)
+    fetches = (*plan.outputs, *plan.probes)
+    out_specs = tuple(spec(f.dst) if f is not None else PartitionSpec() for f in fetches)
 
     def per_device(*flat):
         return tuple(interp(*flat))

@@ -21,8 +21,9 @@ def literal(lit: Lit):
 class Interpreter:
     """Evaluates a Program; ``env`` maps value ids to arrays (tracers while tracing)."""
 
-    def __init__(self, program):
+    def __init__(self, program, extra=()):
         self.program = program
+        self.extra = tuple(extra)  # value ids whose arrays ``__call__`` returns after the outputs
 
     # -- hooks ---------------------------------------------------------------------------
     def read(self, env: dict, v, op: Op | None, slot: int):
@@ -118,4 +119,8 @@ class Interpreter:
     def __call__(self, *flat_args):
         env = self.start(flat_args)
         self.run(env, self.program.body)
-        return self.outputs(env)
+        return self.outputs(env) + self.extras(env)
+
+    def extras(self, env: dict) -> list:
+        """The arrays of ``extra``, read at the end of the program."""
+        return [env[v] for v in self.extra]
