@@ -9,6 +9,7 @@ wb.Workbench(train_step, params, opt_state, batch, mesh=mesh)   # the notebook w
 
 from workbench.core import hardware
 from workbench.core.errors import WorkbenchError
+from workbench.core.io.imports import Imported
 from workbench.core.ir.capture import capture, tag
 from workbench.core.ir.program import Program
 from workbench.core.mesh import Mesh
@@ -29,6 +30,7 @@ __all__ = [
     "Z3",
     "Atomic",
     "Auto",
+    "Imported",
     "Mesh",
     "Program",
     "Replicate",

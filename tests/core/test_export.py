@@ -168,7 +168,13 @@ def test_plain_jax_export_runs_and_compiles_to_the_same_collectives(model, strat
     mesh = module.make_mesh()
     closed = jax.make_jaxpr(ex.fn)(*ex.args)
     jitted = jax.jit(
-        lambda *xs: module._evaluate(closed.jaxpr, closed.consts, xs, mesh, [0]),
+        lambda *xs: module._evaluate(
+            closed.jaxpr,
+            closed.consts,
+            xs,
+            mesh,
+            iter(module.structural_keys(closed, module.CALLS)),
+        ),
         in_shardings=[jax.sharding.NamedSharding(mesh, p) for p in module.IN_SPECS],
         out_shardings=[jax.sharding.NamedSharding(mesh, p) for p in module.OUT_SPECS],
     )
@@ -200,3 +206,63 @@ def test_partition_returns_a_jitted_partitioned_function():
     assert str(session.sharding("params/layers/0/mlp/w_out")) == "f32[64@model,32]"
     assert step.session(*ex.args) is session  # captured once per argument structure
     assert type(out).__name__ == "StepOutput"
+
+
+def gated_mlp_step(edited: bool):
+    """A gated-MLP training step, and the same step after edits that keep its computation:
+    independent lines reordered, locals renamed, the loss moved into a jitted helper."""
+
+    @jax.jit
+    def mse(prediction, target):
+        return ((prediction - target) ** 2).mean()
+
+    def loss(params, batch):
+        if edited:
+            gate_in = batch["x"] @ params["gate"]
+            up_in = batch["x"] @ params["up"]
+            mixed = jax.nn.silu(gate_in) * up_in
+            return mse(mixed @ params["down"], batch["y"])
+        up = batch["x"] @ params["up"]
+        gate = batch["x"] @ params["gate"]
+        out = (jax.nn.silu(gate) * up) @ params["down"]
+        return ((out - batch["y"]) ** 2).mean()
+
+    def step(params, batch):
+        value, grads = jax.value_and_grad(loss)(params, batch)
+        return jax.tree.map(lambda w, g: w - 0.1 * g, params, grads), value
+
+    return step
+
+
+def test_the_plain_jax_export_survives_edits_that_keep_the_computation():
+    rng = np.random.default_rng(0)
+    params = {
+        "up": rng.normal(size=(16, 64)).astype("float32"),
+        "gate": rng.normal(size=(16, 64)).astype("float32"),
+        "down": rng.normal(size=(64, 16)).astype("float32"),
+    }
+    batch = {"x": rng.normal(size=(8, 16)).astype("float32"), "y": np.zeros((8, 16), "float32")}
+    original, edited = gated_mlp_step(False), gated_mlp_step(True)
+    schedule = [wb.BP("batch"), wb.Tile("params/{up,gate}", 1, "model")]
+    s = wb.Session(wb.capture(original, params, batch), MESH, schedule)
+    module = types.ModuleType("exported")
+    exec(compile(s.export_jax(), "<exported>", "exec"), module.__dict__)
+    assert len(module.CONSTRAINTS) > 10
+    hit = [
+        {
+            k
+            for ks in module.structural_keys(jax.make_jaxpr(f)(params, batch), module.CALLS)
+            for k in ks
+        }
+        & set(module.CONSTRAINTS)
+        for f in (original, edited)
+    ]
+    assert hit[0] == hit[1] == set(module.CONSTRAINTS)
+    # the edited step's equations are others, in another order: numbers would have moved
+    texts = [str(jax.make_jaxpr(f)(params, batch)) for f in (original, edited)]
+    assert texts[0] != texts[1]
+    mesh = module.make_mesh()
+    for f in (original, edited):
+        out = module.partitioned(f, mesh)(params, batch)
+        for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(original(params, batch))):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)

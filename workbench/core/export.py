@@ -20,8 +20,9 @@ FORMAT = "workbench-strategy/1"
 def tactic_classes() -> dict[str, type]:
     """Every tactic a strategy file may name, by class name."""
     from workbench.core import strategies, tactics
+    from workbench.core.io.imports import Imported
 
-    classes = {c.__name__: c for c in (tactics.Tile, tactics.Replicate, tactics.Atomic)}
+    classes = {c.__name__: c for c in (tactics.Tile, tactics.Replicate, tactics.Atomic, Imported)}
     for name in ("BP", "MP", "Z2", "Z3", "EMB", "MQ", "SP", "Role"):
         classes[name] = getattr(strategies, name)
     try:
@@ -78,7 +79,7 @@ def export_code(session) -> str:
     """Python source that rebuilds this session's state from a captured program."""
     tactics = exported_tactics(session)
     used = sorted({type(t).__name__ for t in tactics})
-    core = [n for n in used if n in ("Tile", "Replicate", "Atomic")]
+    core = [n for n in used if n in ("Tile", "Replicate", "Atomic", "Imported")]
     named = [n for n in used if n not in core]
     lines = [
         f'"""The partitioning schedule of {session.program.name!r} on {session.mesh}, exported by workbench.',
@@ -148,7 +149,14 @@ def _plain(value, where: str):
 
 #: Tactic fields that hold objects, not data: never read from a file.
 _NOT_DATA = frozenset({"callback", "hardware"})
-_TYPES = {"str": str, "int": int, "float": float, "bool": bool, "Selector": str}
+_TYPES = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "Selector": str,
+    "Triples": "triples",
+}
 
 
 def _strings(v) -> bool:
@@ -162,6 +170,10 @@ _ACCEPTS = {
     int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
     float: (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
     bool: (lambda v: isinstance(v, bool), "true or false"),
+    "triples": (
+        lambda v: isinstance(v, tuple) and all(isinstance(t, tuple) and len(t) == 3 for t in v),
+        "a list of [selector, dim, axis] lists",
+    ),
 }
 
 

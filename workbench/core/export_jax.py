@@ -2,14 +2,16 @@
 
 It builds the mesh from whatever devices are there (every host's under ``jax.distributed``),
 and jits the user's function with the input and output shardings and a sharding
-constraint on each intermediate the session tiles. Intermediates are found by tracing the
-function to a jaxpr and counting its equations the way ``workbench.capture`` numbers ops
-(calls inlined, loop bodies counted but bound whole), so the exported file carries the
-numbers, not our code.
+constraint on each intermediate the session tiles. Intermediates are found by their
+structural keys (``io.structure``: what computes them, not where their line sits), so the
+export survives edits that leave the model's computation as it was: reordered independent
+lines, renamed locals, code moved into helpers.
 """
 
 from __future__ import annotations
 
+from workbench.core.errors import WorkbenchError
+from workbench.core.io.structure import SOURCE, structural_keys
 from workbench.core.ir.capture import CALL_PRIMITIVES
 
 _TEMPLATE = '''"""Shardings of {name!r} on a {mesh_text} mesh, exported by workbench. Needs only JAX.
@@ -20,6 +22,8 @@ _TEMPLATE = '''"""Shardings of {name!r} on a {mesh_text} mesh, exported by workb
 Under multi-host JAX (jax.distributed.initialize()), the mesh spans every host's devices;
 pass global arrays (e.g. from jax.make_array_from_process_local_data).
 """
+
+import hashlib
 
 import jax
 import numpy as np
@@ -37,13 +41,14 @@ IN_SPECS = [
 OUT_SPECS = [
 {out_specs}
 ]
-# (equation number, result number) -> spec, numbered as the comment on _evaluate says
+# structural key of an intermediate (see structural_keys) -> spec
 CONSTRAINTS = {{
 {constraints}
 }}
-# equations inside each loop or branch, skipped over when it is bound whole
-NESTED = {nested!r}
+# primitives whose callee is entered, and the parameter holding it
 CALLS = {calls!r}
+
+{structure}
 
 
 def make_mesh(devices=None):
@@ -54,10 +59,10 @@ def make_mesh(devices=None):
     return Mesh(np.asarray(devices, dtype=object).reshape(SHAPE), AXES)
 
 
-def _evaluate(jaxpr, consts, args, mesh, counter):
-    """Evaluate a jaxpr, constraining results as CONSTRAINTS says. Equations are numbered in
-    order; calls (jit, custom_jvp/vjp, remat) are entered, not numbered; a loop or branch
-    is numbered, bound whole, and the equations inside it are skipped over (NESTED)."""
+def _evaluate(jaxpr, consts, args, mesh, keys):
+    """Evaluate a jaxpr, constraining results as CONSTRAINTS says. ``keys``: an iterator over
+    structural_keys, one entry per equation evaluated (calls are entered; a loop or a branch
+    is one equation, bound whole)."""
     env = {{}}
 
     def read(v):
@@ -70,14 +75,13 @@ def _evaluate(jaxpr, consts, args, mesh, counter):
         param = CALLS.get(eqn.primitive.name)
         if param is not None and param in eqn.params:
             sub = eqn.params[param]
-            outs = _evaluate(getattr(sub, "jaxpr", sub), getattr(sub, "consts", ()), values, mesh, counter)
+            outs = _evaluate(getattr(sub, "jaxpr", sub), getattr(sub, "consts", ()), values, mesh, keys)
         else:
-            number = counter[0]
-            counter[0] += 1 + NESTED.get(number, 0)
+            result_keys = next(keys)
             outs = eqn.primitive.bind(*values, **eqn.params)
             outs = list(outs) if eqn.primitive.multiple_results else [outs]
-            for j, out in enumerate(outs):
-                spec = CONSTRAINTS.get((number, j))
+            for j, (key, out) in enumerate(zip(result_keys, outs)):
+                spec = CONSTRAINTS.get(key)
                 if spec is not None:
                     outs[j] = jax.lax.with_sharding_constraint(out, NamedSharding(mesh, spec))
         env.update(zip(eqn.outvars, outs))
@@ -95,8 +99,10 @@ def partitioned(fn, mesh=None):
             closed = jax.make_jaxpr(fn)(*args)
             out_tree = jax.tree_util.tree_structure(jax.eval_shape(fn, *args))
 
+            keys = structural_keys(closed, CALLS)
+
             def flat(*xs):
-                return _evaluate(closed.jaxpr, closed.consts, xs, mesh, [0])
+                return _evaluate(closed.jaxpr, closed.consts, xs, mesh, iter(keys))
 
             cache[tree] = (
                 jax.jit(
@@ -138,18 +144,12 @@ def export_jax(session) -> str:
     for v, name in zip(program.outputs, program.output_names):
         spec = _spec_code(state.shardings[v]) if isinstance(v, int) else "P()"
         out_specs.append(f"    {spec},  # {name!r}")
-    constraints, nested = [], {}
-    for op in program.ops:
-        if op.regions:
-            nested[op.id] = sum(1 for _ in program.walk([o for r in op.regions for o in r.ops]))
-        if op.parent is not None:
-            continue
-        for j, v in enumerate(op.results):
+    constraints = []
+    for op_id, keys in zip(program.body, op_keys(program)):
+        for v, key in zip(program.ops[op_id].results, keys):
             s = state.shardings[v]
             if s.tiled_axes:
-                constraints.append(
-                    f"    ({op.id}, {j}): {_spec_code(s)},  # {program.values[v].name!r}"
-                )
+                constraints.append(f"    {key!r}: {_spec_code(s)},  # {program.values[v].name!r}")
     return _TEMPLATE.format(
         name=program.name,
         mesh_text=str(dict(mesh.axes)),
@@ -158,6 +158,23 @@ def export_jax(session) -> str:
         in_specs="\n".join(in_specs),
         out_specs="\n".join(out_specs),
         constraints="\n".join(constraints),
-        nested=nested,
         calls=dict(CALL_PRIMITIVES),
+        structure=SOURCE,
     )
+
+
+def op_keys(program) -> list[tuple[str, ...]]:
+    """The structural keys of each top-level op's results, in ``program.body`` order (cached
+    on the program)."""
+    cached = program.__dict__.get("_structural_keys")
+    if cached is not None:
+        return cached
+    keys = structural_keys(program.jaxpr, CALL_PRIMITIVES)
+    ops = [program.ops[o] for o in program.body]
+    if len(keys) != len(ops) or any(len(k) != len(op.results) for k, op in zip(keys, ops)):
+        raise WorkbenchError(
+            f"{program.name}: its jaxpr has {len(keys)} top-level equations but the program "
+            f"{len(ops)} top-level ops; structural keys need capture's walk of the jaxpr."
+        )
+    program.__dict__["_structural_keys"] = keys
+    return keys

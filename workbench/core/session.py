@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from jax import sharding as jax_sharding
+
 from workbench.core.errors import HistoryError, WorkbenchError
 from workbench.core.explain import ConflictReport, Why, report, why
 from workbench.core.ir.program import Program
@@ -227,7 +229,53 @@ class Session:
             training_loop=training_loop,
         )
 
-    # -- export ---------------------------------------------------------------------------
+    # -- import and export ------------------------------------------------------------------
+    @classmethod
+    def from_jax(
+        cls,
+        step,
+        *args,
+        mesh,
+        in_shardings=None,
+        out_shardings=None,
+        logical_axes=None,
+        rules=None,
+    ) -> Session:
+        """A session of ``step(*args)`` starting from the plan the user already has: jit's
+        ``in_shardings``/``out_shardings`` (given here, or those ``step`` was jitted with), Flax
+        ``logical_axes`` with their ``rules``, and the ``with_sharding_constraint`` calls in
+        the step; each source one ``Imported`` step of the schedule (see ``io.imports``).
+        ``mesh``: a ``jax.sharding.Mesh``, a ``Mesh`` or ``{axis: size}``."""
+        from workbench.core.io.imports import import_plan
+
+        if isinstance(mesh, jax_sharding.Mesh):
+            mesh = Mesh(dict(zip(mesh.axis_names, mesh.devices.shape)))
+        mesh = mesh if isinstance(mesh, Mesh) else Mesh(mesh)
+        program, schedule = import_plan(
+            step,
+            args,
+            mesh=mesh,
+            in_shardings=in_shardings,
+            out_shardings=out_shardings,
+            logical_axes=logical_axes,
+            rules=rules,
+        )
+        return cls(program, mesh, schedule)
+
+    def specs(self, *, mesh=None, outputs: bool = False):
+        """PartitionSpec pytrees mirroring each argument as passed (``outputs``: the outputs'
+        pytree), for ``jax.jit(in_shardings=...)``; NamedShardings with a jax ``mesh``."""
+        from workbench.core.io.specs import specs
+
+        return specs(self, mesh=mesh, outputs=outputs)
+
+    def logical_rules(self, axes=None):
+        """The plan as Flax logical axis rules, over the model's own logical names (``axes``:
+        per argument, its logical names tree or None) or the anatomy's (see ``io.specs``)."""
+        from workbench.core.io.specs import logical_rules
+
+        return logical_rules(self, axes)
+
     def export_code(self) -> str:
         """Python that rebuilds this session's schedule (``build(program)`` in the text)."""
         from workbench.core.export import export_code

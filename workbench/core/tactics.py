@@ -208,8 +208,15 @@ def apply_tactic(program, mesh: Mesh, state: State, tactic: Tactic) -> State:
         run(tactic)
         return prop.state()
     try:
-        for sub in tactic.expand(program, mesh, state):
-            run(sub)
+        if getattr(tactic, "one_pass", False):  # every seed placed, then one propagation
+            subs = list(tactic.expand(program, mesh, state))
+            for sub in subs:
+                sub.seed(prop, mesh)
+            for axis in dict.fromkeys(sub.axis for sub in subs):
+                prop.settle(axis)
+        else:
+            for sub in tactic.expand(program, mesh, state):
+                run(sub)
     except WorkbenchError as err:  # say which tactic the user wrote, then what it ran into
         if str(err).startswith(str(tactic)):
             raise

@@ -3,7 +3,8 @@
 A selector is a glob over value names (``params/**/w_in``, ``**/mlp/*``), a tag
 (``tag:attn_out``, the values tagged so in any scope), or a list of these (their union).
 ``*`` and ``?`` match within one ``/``-separated segment, ``**`` any number of whole
-segments, and ``{a,b}`` either alternative.
+segments, and ``{a,b}`` either alternative; a backslash takes the next character as it is
+(``exact(name)`` writes a selector matching one name and nothing else).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ def compile_glob(pattern: str) -> re.Pattern:
     out, i, depth = [], 0, 0
     while i < len(pattern):
         c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
         if pattern.startswith("**", i):
             before_ok = i == 0 or pattern[i - 1] == "/"
             after_ok = i + 2 == len(pattern) or pattern[i + 2] == "/"
@@ -69,6 +74,28 @@ def compile_glob(pattern: str) -> re.Pattern:
     return re.compile("".join(out) + r"\Z")
 
 
+@lru_cache(maxsize=4096)
+def literal_name(pattern: str) -> str | None:
+    """The one name a pattern without wildcards matches (escapes undone), else None."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            out.append(pattern[i + 1])
+            i += 2
+            continue
+        if c in "*?{}":
+            return None
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def exact(name: str) -> str:
+    """A selector matching the value named ``name`` alone (glob characters escaped)."""
+    return re.sub(r"([\\*?{},])", r"\\\1", name)
+
+
 def _patterns(selector: Selector) -> list[str]:
     if isinstance(selector, str):
         return [selector]
@@ -89,7 +116,12 @@ def select(program, selector: Selector, *, required: bool = True) -> list[int]:
             compile_glob(tag)
             ids.update(_tagged(program, tag))
             continue
-        regex = compile_glob(pattern)
+        regex = compile_glob(pattern)  # checks the pattern
+        name = literal_name(pattern)
+        if name is not None:  # no wildcard: the name index answers
+            if program.has_value(name):
+                ids.add(program.value(name).id)
+            continue
         ids.update(v.id for v in program.values if regex.match(v.name))
     if not ids and required:
         raise SelectorError(_no_match_message(program, selector))

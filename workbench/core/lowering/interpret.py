@@ -31,6 +31,8 @@ class Interpreter:
         return literal(v) if isinstance(v, Lit) else env[v]
 
     def bind(self, op: Op, args: list) -> list:
+        if op.primitive == "sharding_constraint":  # a layout, not a computation: the
+            return list(args)  # lowerings place the plan's own (which imports it)
         params = dict(op.params)
         out = op.jax_primitive.bind(*args, **params)
         return list(out) if op.jax_primitive.multiple_results else [out]

@@ -86,6 +86,17 @@ def _identity_rule(params, operands, results):
     return pointwise(operands, results, linear=((0,),), structural=True)
 
 
+def _as_it_is(op, args, ins, outs, mesh):
+    """Per device, a user's sharding constraint is the identity: the plan already holds it
+    (``io.imports`` reads it into the schedule) and its mesh is global."""
+    return list(args)
+
+
+@register("sharding_constraint", local=_as_it_is)
+def _sharding_constraint_rule(params, operands, results):
+    return pointwise(operands, results, linear=((0,),), structural=True)
+
+
 @register("convert_element_type")
 def _convert_rule(params, operands, results):
     # float -> float keeps sums and order; a cast to an integer rounds, so it is not linear

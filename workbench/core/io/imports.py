@@ -1,0 +1,229 @@
+"""Read the shardings a user already has into a schedule of tactics.
+
+Sources, in the order their tactics enter the schedule (earlier decides first):
+
+- ``in_shardings``: a pytree like the arguments (a prefix of it also works: one spec for a
+  whole argument) of ``PartitionSpec``s, ``NamedSharding``s or None; or, when the step is a
+  ``jax.jit`` function, the ``in_shardings`` it was jitted with;
+- ``logical_axes`` and ``rules``: Flax's logical axis names per argument leaf (as
+  ``nnx.get_partition_spec`` or ``flax.linen.get_partition_spec`` give them) and the rules
+  that map them onto mesh axes;
+- the ``with_sharding_constraint`` calls inside the step;
+- ``out_shardings``, like ``in_shardings`` for the outputs.
+
+Each source becomes one ``Imported`` step: its tiles apply in one go and it is undone,
+explained (``why``) and exported as the tiles it holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from workbench.core.errors import TacticError, WorkbenchError
+from workbench.core.ir.selectors import exact
+from workbench.core.tactics import Tactic, Tile
+
+#: ``(selector, dim, axis)`` per tile
+Triples = tuple[tuple[str, int, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Imported(Tactic):
+    """The tiles a plan the user already has makes, from ``source`` (e.g. "in_shardings"):
+    ``tiles`` holds ``(selector, dim, axis)`` triples. They are the user's decisions all at
+    once: every tile is seeded, then propagation runs (``one_pass``), so no tile's
+    propagation pre-empts another's."""
+
+    source: str
+    tiles: Triples
+    one_pass = True
+
+    def __post_init__(self):
+        triples = tuple(tuple(t) for t in self.tiles)
+        for t in triples:
+            if not (
+                len(t) == 3
+                and isinstance(t[0], str)
+                and isinstance(t[1], int)
+                and not isinstance(t[1], bool)
+                and isinstance(t[2], str)
+            ):
+                raise TacticError(
+                    f"Imported({self.source!r}): each tile is (selector, dim, axis), e.g. "
+                    f"('params/w', 0, 'data'); got {t!r}."
+                )
+        object.__setattr__(self, "tiles", triples)
+
+    def __str__(self) -> str:
+        return f"Imported({self.source!r}, {len(self.tiles)} tiles)"
+
+    @property
+    def axis(self) -> str:
+        """The mesh axes its tiles use, comma-separated."""
+        return ",".join(dict.fromkeys(axis for _, _, axis in self.tiles))
+
+    def expand(self, program, mesh, state):
+        return [Tile(selector, dim, axis) for selector, dim, axis in self.tiles]
+
+
+def _as_spec(sharding) -> PartitionSpec | None:
+    if sharding is None or isinstance(sharding, PartitionSpec):
+        return sharding
+    if isinstance(sharding, NamedSharding):
+        return sharding.spec
+    return None  # jit's UNSPECIFIED, or a sharding that is not a mesh's: left to propagation
+
+
+def _is_leaf(x) -> bool:
+    return x is None or isinstance(x, PartitionSpec | NamedSharding)
+
+
+def tiles_for(names, specs, mesh) -> Triples:
+    """A ``(selector, dim, axis)`` per dim and axis the specs place, major axis first."""
+    out = []
+    for name, spec in zip(names, specs):
+        if spec is None:
+            continue
+        for dim, entry in enumerate(spec):
+            for axis in (entry,) if isinstance(entry, str) else (entry or ()):
+                if axis not in mesh.names:
+                    raise WorkbenchError(
+                        f"{name}: its sharding names mesh axis {axis!r}, which {mesh} does not "
+                        "have; pass the mesh the shardings were written for."
+                    )
+                out.append((exact(name), dim, axis))
+    return tuple(out)
+
+
+def flat_specs(tree, arguments, what: str) -> list:
+    """One spec (or None) per leaf of ``arguments`` from a full tree or a prefix of it."""
+    if isinstance(tree, PartitionSpec | NamedSharding):
+        return [_as_spec(tree)] * sum(t.num_leaves for t in arguments)
+    parts = tuple(tree) if isinstance(tree, list | tuple) else (tree,)
+    if len(parts) != len(arguments):
+        raise WorkbenchError(
+            f"{what} has {len(parts)} entries but the step takes {len(arguments)} arguments; "
+            "pass one per argument (a PartitionSpec tree shaped like it, or None)."
+        )
+    out = []
+    for part, arg in zip(parts, arguments):
+        leaves = jax.tree_util.tree_leaves(part, is_leaf=_is_leaf)
+        if isinstance(part, PartitionSpec | NamedSharding) or part is None:
+            out += [_as_spec(part)] * arg.num_leaves
+        elif len(leaves) == arg.num_leaves:
+            out += [_as_spec(leaf) for leaf in leaves]
+        else:
+            raise WorkbenchError(
+                f"{what}: an argument with {arg.num_leaves} arrays got a tree with {len(leaves)} "
+                "specs; pass a tree shaped like the argument, or one spec for all of it."
+            )
+    return out
+
+
+def logical_specs(logical_axes, rules, arguments) -> list:
+    """Flax's logical names mapped through ``rules``: each name takes the first rule's mesh
+    axis not already used by the same array (as ``flax.linen.logical_to_mesh_axes``)."""
+    rules = [(name, axes) for name, axes in rules]
+    out = []
+    for part, arg in zip(logical_axes, arguments):
+        if part is None:
+            out += [None] * arg.num_leaves
+            continue
+        leaves = jax.tree_util.tree_leaves(
+            part, is_leaf=lambda x: x is None or isinstance(x, tuple)
+        )
+        if len(leaves) != arg.num_leaves:
+            raise WorkbenchError(
+                f"logical_axes: an argument with {arg.num_leaves} arrays got {len(leaves)} "
+                "leaves; pass nnx.get_partition_spec(state) (or None) per argument."
+            )
+        for names in leaves:
+            used, entries = set(), []
+            for name in names or ():
+                pick = None
+                for rule_name, axes in rules:
+                    cand = (axes,) if isinstance(axes, str) else tuple(axes or ())
+                    if rule_name == name and not used & set(cand):
+                        pick = cand
+                        break
+                used |= set(pick or ())
+                entries.append(None if not pick else pick[0] if len(pick) == 1 else pick)
+            out.append(PartitionSpec(*entries) if names is not None else None)
+    return out
+
+
+def jit_shardings(step, args) -> tuple[list, list] | None:
+    """The in and out shardings a ``jax.jit`` function was made with (None if it is not one)."""
+    if not hasattr(step, "lower"):
+        return None
+    closed = jax.make_jaxpr(step)(*args)
+    eqns = closed.jaxpr.eqns
+    if len(eqns) != 1 or eqns[0].primitive.name not in ("jit", "pjit"):
+        return None
+    params = eqns[0].params
+    return (
+        [_as_spec(s) for s in params.get("in_shardings", ())],
+        [_as_spec(s) for s in params.get("out_shardings", ())],
+    )
+
+
+def constraint_tiles(program, mesh) -> Triples:
+    """Tiles for the ``with_sharding_constraint`` calls inside the step."""
+    names, specs = [], []
+    for op in program.walk():
+        if op.primitive != "sharding_constraint":
+            continue
+        spec = _as_spec(op.params.get("sharding"))
+        if spec is not None:
+            names.append(program.values[op.results[0]].name)
+            specs.append(spec)
+    return tiles_for(names, specs, mesh)
+
+
+def import_plan(
+    step,
+    args,
+    *,
+    mesh,
+    in_shardings=None,
+    out_shardings=None,
+    logical_axes=None,
+    rules=None,
+):
+    """``(program, schedule)``: the step captured, and its plan as ``Imported`` steps."""
+    from workbench.core.ir.capture import capture
+
+    program = capture(step, *args)
+    arguments = program.in_tree.children()
+    inputs = [program.values[v].name for v in program.inputs]
+    outputs = [program.values[v].name if isinstance(v, int) else None for v in program.outputs]
+    schedule = []
+    jitted = jit_shardings(step, args) if in_shardings is None and out_shardings is None else None
+    if jitted is not None:
+        ins, outs = jitted
+        schedule.append(Imported("jit in_shardings", tiles_for(inputs, ins, mesh)))
+        out_tiles = tiles_for([n for n in outputs if n], outs, mesh)
+    else:
+        if in_shardings is not None:
+            specs = flat_specs(in_shardings, arguments, "in_shardings")
+            schedule.append(Imported("in_shardings", tiles_for(inputs, specs, mesh)))
+        out_tiles = ()
+        if out_shardings is not None:
+            specs = flat_specs(
+                out_shardings, program.out_tree.children() or [program.out_tree], "out_shardings"
+            )
+            out_tiles = tiles_for(outputs, specs, mesh)
+    if logical_axes is not None:
+        if rules is None:
+            raise WorkbenchError(
+                "logical_axes needs the rules that map them onto mesh axes, e.g. "
+                "rules=[('batch', 'data'), ('mlp', 'model'), ('embed', None)]."
+            )
+        specs = logical_specs(tuple(logical_axes), rules, arguments)
+        schedule.append(Imported("logical axis rules", tiles_for(inputs, specs, mesh)))
+    schedule.append(Imported("with_sharding_constraint", constraint_tiles(program, mesh)))
+    schedule.append(Imported("out_shardings", out_tiles))
+    return program, [t for t in schedule if t.tiles]
