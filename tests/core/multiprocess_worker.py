@@ -13,7 +13,7 @@ import sys
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
 os.environ["JAX_PLATFORMS"] = "cpu"
 
-import jax  # noqa: E402
+import jax
 
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 process_id, port, exported, model, out_path = sys.argv[1:6]
@@ -52,10 +52,14 @@ def main() -> None:
         full = np.asarray(leaf)
         sharding = NamedSharding(mesh, spec)
         arrays.append(
-            jax.make_array_from_process_local_data(sharding, process_local(full, sharding), full.shape)
+            jax.make_array_from_process_local_data(
+                sharding, process_local(full, sharding), full.shape
+            )
         )
     out = module.partitioned(ex.fn, mesh)(*jax.tree_util.tree_unflatten(tree, arrays))
-    gathered = [np.asarray(x) for x in multihost_utils.process_allgather(jax.tree.leaves(out), tiled=True)]
+    gathered = [
+        np.asarray(x) for x in multihost_utils.process_allgather(jax.tree.leaves(out), tiled=True)
+    ]
     np.savez(
         out_path,
         process_count=jax.process_count(),

@@ -181,3 +181,45 @@ def test_bad_meshes():
         wb.Mesh({"batch": 2, "model": 0})
     with pytest.raises(MeshError, match="mesh axis name 'my axis' is not a valid identifier"):
         wb.Mesh({"my axis": 2})
+
+
+def _parts_one_by_one(program, mesh, schedule):
+    """The schedule with each composite replaced by its parts, each a step of its own."""
+    s = wb.Session(program, mesh)
+    for tactic in schedule:
+        for part in tactic.expand(program, mesh, s.state):
+            s.apply(part)
+    return s
+
+
+@pytest.mark.parametrize("model", ["mlp", "lm", "lm_scan", "gnn", "hf_gpt2", "hf_llama"])
+def test_a_composite_equals_its_parts_applied_one_by_one(model):
+    """A composite costs what it changes (each part's propagation restarts from what that
+    part wrote), and decides exactly what the schedule of its parts decides."""
+    import warnings
+
+    from workbench.models import build
+    from workbench.models.external import build_external
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ex = (build_external if model.startswith("hf_") else build)(model, "tiny", abstract=True)
+        program = wb.capture(ex.fn, *ex.args)
+    mesh = wb.Mesh({"data": 2, "model": 4})
+    schedules = [[wb.BP("data"), wb.Z3("data")], [wb.Z2("data"), wb.BP("data")]]
+    if model not in ("mlp", "gnn"):
+        schedules += [
+            [wb.BP("data"), wb.MP("model"), wb.Z3("data")],
+            [wb.Z3("data"), wb.MP("model")],
+            [wb.BP("data"), wb.MP("model"), wb.SP("model")],
+        ]
+    for schedule in schedules:
+        whole = wb.Session(program, mesh, schedule)
+        parts = _parts_one_by_one(program, mesh, schedule)
+        assert dict(whole.state.shardings) == dict(parts.state.shardings)
+        assert {(c.op, c.axis) for c in whole.state.conflicts} == {
+            (c.op, c.axis) for c in parts.state.conflicts
+        }
+        assert sorted((c.kind, c.value, c.axes, c.bytes) for c in whole.collectives()) == sorted(
+            (c.kind, c.value, c.axes, c.bytes) for c in parts.collectives()
+        )

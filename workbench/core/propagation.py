@@ -111,6 +111,7 @@ class Propagator:
         self.tactic = tactic
         self.step_count = 0
         self.changed: set[int] = set()
+        self.fresh: set[int] = set()  # written since the last settle: where it restarts
         self.order: list[Provenance] = []
         self.nbytes = [v.nbytes for v in program.values]
         self.outputs = {v for v in program.outputs if isinstance(v, int)}
@@ -122,6 +123,7 @@ class Propagator:
         self.prov[(vid, axis)] = p
         self.order.append(p)
         self.changed.add(vid)
+        self.fresh.add(vid)
 
     def tile(self, vid, dim, axis, *, op=None, source=None, factor=None) -> None:
         self.sh[vid] = self.sh[vid].with_tile(dim, axis)
@@ -135,6 +137,7 @@ class Propagator:
         s = self.sh[vid]
         self.sh[vid] = s.with_atomic(axis) if atomic else s.with_replicated(axis)
         self.changed.add(vid)
+        self.fresh.add(vid)
 
     # -- the worklist ----------------------------------------------------------------------
     def run(self, axis: str, seeds) -> int:
@@ -163,13 +166,16 @@ class Propagator:
         """Run every axis to a fixed point; an axis reruns only from values other axes wrote.
 
         One axis can open a way for another: a dimension merged from factors (B, S) takes
-        an axis on S only once B is tiled.
+        an axis on S only once B is tiled. It starts from the values written since the last
+        settle: everything before is at a fixed point already, so a composite's parts cost
+        what they change, not what the parts before them changed.
         """
         axes = list(self.axis_size)
         if first_axis is not None:
             axes.remove(first_axis)
             axes.insert(0, first_axis)
-        dirty = {axis: set(self.changed) for axis in axes}
+        dirty = {axis: set(self.fresh) for axis in axes}
+        self.fresh = set()
         while any(dirty.values()):
             for axis in axes:
                 if not dirty[axis]:
