@@ -74,9 +74,13 @@ def compile_glob(pattern: str) -> re.Pattern:
     return re.compile("".join(out) + r"\Z")
 
 
-@lru_cache(maxsize=4096)
+_SPECIAL = re.compile(r"[*?{}\\]")
+
+
 def literal_name(pattern: str) -> str | None:
     """The one name a pattern without wildcards matches (escapes undone), else None."""
+    if not _SPECIAL.search(pattern):
+        return pattern
     out, i = [], 0
     while i < len(pattern):
         c = pattern[i]
@@ -116,12 +120,12 @@ def select(program, selector: Selector, *, required: bool = True) -> list[int]:
             compile_glob(tag)
             ids.update(_tagged(program, tag))
             continue
-        regex = compile_glob(pattern)  # checks the pattern
-        name = literal_name(pattern)
+        name = literal_name(pattern) if isinstance(pattern, str) and pattern.strip() else None
         if name is not None:  # no wildcard: the name index answers
             if program.has_value(name):
                 ids.add(program.value(name).id)
             continue
+        regex = compile_glob(pattern)  # checks the pattern
         ids.update(v.id for v in program.values if regex.match(v.name))
     if not ids and required:
         raise SelectorError(_no_match_message(program, selector))
