@@ -8,6 +8,7 @@ list, and its values live in the same value table as everything else.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -49,7 +50,7 @@ class Value:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def type_sharding(self):
         """This value whole on every device."""
