@@ -3,6 +3,7 @@ devices, compute what the unpartitioned programs compute: 200 generated cases a 
 
 from functools import cache
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -44,6 +45,7 @@ def tactic(draw, p):
     return (wb.Replicate if kind == "replicate" else wb.Atomic)(v.name, axis)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=False
 )
