@@ -26,7 +26,8 @@ from workbench.core.rules.random import sharding_notes
 from workbench.core.units import format_bytes, format_seconds
 from workbench.core.verdict import Check, Verdict, check, gradient_probes, judge
 
-#: (relative tolerance, absolute floor) per output dtype, for "outputs match?"
+#: (relative tolerance, absolute floor) per output dtype, for a plain comparison of two runs
+#: (``compare``; a run's verdict is ``verdict.judge``'s)
 TOLERANCE = {
     "float64": (1e-9, 1e-12),
     "float32": (2e-4, 1e-5),
@@ -205,21 +206,24 @@ def references(program, flat_args, extra=(), *, cache_key=None) -> tuple[list, l
 PROBE_BYTES = 1 << 28
 
 
-def first_difference(session, flat, *, lowering, devices=None, cache_key=None) -> str | None:
+def first_difference(session, flat, *, lowering, devices=None) -> str | None:
     """Where the partitioned program first departs from the unpartitioned one: the first
     top-level value, in program order, whose partitioned result is farther from float64
     than the verdict allows, with its op and the tactics that shaped it."""
     program, state = session.program, session.state
+    floats = (
+        v
+        for oid in program.body
+        for v in program.ops[oid].results
+        if not is_extended(program.values[v].dtype)
+        and jnp.issubdtype(program.values[v].dtype, jnp.inexact)
+    )
     candidates, total = [], 0
-    for oid in program.body:
-        for v in program.ops[oid].results:
-            value = program.values[v]
-            if is_extended(value.dtype) or not jnp.issubdtype(value.dtype, jnp.inexact):
-                continue
-            total += value.nbytes
-            if total > PROBE_BYTES:
-                break
-            candidates.append(v)
+    for v in floats:  # in program order, up to the budget
+        total += program.values[v].nbytes
+        if total > PROBE_BYTES:
+            break
+        candidates.append(v)
     if not candidates:
         return None
     fn, jmesh = session.lower(lowering, devices=devices, probes=candidates)
@@ -229,7 +233,7 @@ def first_difference(session, flat, *, lowering, devices=None, cache_key=None) -
     ]
     n = len(program.outputs)
     part = fn(*placed)[n:]
-    unpart, ref = references(program, flat, candidates, cache_key=cache_key)
+    unpart, ref = references(program, flat, candidates)  # not kept: probes are large
     for v, p, u, r in zip(candidates, part, unpart[n:], ref[n:]):
         value = program.values[v]
         if not check(value.name, "value", p, u, r, str(value.dtype)).ok:
@@ -351,7 +355,7 @@ def run(
         tolerance_dtypes(program),
     )  # fmt: skip
     if not verdict.agree:
-        first = first_difference(session, flat, lowering=lowering, devices=devices, cache_key=key)
+        first = first_difference(session, flat, lowering=lowering, devices=devices)
         verdict = dataclasses.replace(verdict, first=first)
     mem = step.compiled.memory_analysis()
     memory = {

@@ -163,7 +163,9 @@ def judge(program, flat, partitioned, unpartitioned, reference, extras, dtypes) 
                 grad=g_u, grad_ref=g_r, before=before,
             )  # fmt: skip
         else:
-            role = "optimizer state" if v in state_outs else "output"
+            role = (
+                "parameter" if p is not None else "optimizer state" if v in state_outs else "output"
+            )
             c = check(name, role, partitioned[j], unpartitioned[j], reference[j], dtype)
         checks.append(c)
     return Verdict(tuple(checks))
