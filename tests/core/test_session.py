@@ -223,3 +223,17 @@ def test_a_composite_equals_its_parts_applied_one_by_one(model):
         assert sorted((c.kind, c.value, c.axes, c.bytes) for c in whole.collectives()) == sorted(
             (c.kind, c.value, c.axes, c.bytes) for c in parts.collectives()
         )
+
+
+def test_exact_selects_one_name_whatever_characters_it_holds():
+    from workbench.core.ir.selectors import exact, select
+
+    params = {"w{a,b}*": jnp.ones((8, 4)), "wa": jnp.ones((8, 4)), "w?x": jnp.ones((8, 4))}
+    program = wb.capture(lambda p: sum(v.sum() for v in p.values()), params)
+    for name in ("p/w{a,b}*", "p/w?x", "p/wa"):
+        assert [program.values[i].name for i in select(program, exact(name))] == [name]
+    assert len(select(program, "p/w*")) == 3  # the glob itself still globs
+    s = wb.Session(
+        program, wb.Mesh({"data": 2, "model": 4}), [wb.Z3("data", params=exact("p/w?x"))]
+    )
+    assert s.sharding("p/w?x").tiled_axes and not s.sharding("p/wa").tiled_axes

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from workbench.core.errors import TacticError
 from workbench.core.ir.blocks import block_interior, crossing, residual_stream
-from workbench.core.ir.selectors import select
+from workbench.core.ir.selectors import exact, select
 from workbench.core.tactics import Atomic, Replicate, Tactic, Tile, _check_axis
 
 
@@ -25,7 +25,8 @@ def _matches(program, selector) -> list[int]:
 
 
 def _names(program, ids) -> list[str]:
-    return [program.values[i].name for i in ids]
+    """Selectors for exactly these values (a name with glob characters stays one name)."""
+    return [exact(program.values[i].name) for i in ids]
 
 
 def roles(program, state):
@@ -197,8 +198,8 @@ def _sharded_like_params(tactic, program, mesh, state, *, params: bool):
         if params:  # inside loops, each step's slice stays sharded too: gathered per step
             for u, dropped in view.loop_slices.get(p, ()):
                 if d >= dropped and not state.shardings[u].uses(tactic.axis):
-                    out.append(Atomic(program.values[u].name, tactic.axis))
-                    tiles.append(Tile(program.values[u].name, d - dropped, tactic.axis))
+                    out.append(Atomic(exact(program.values[u].name), tactic.axis))
+                    tiles.append(Tile(exact(program.values[u].name), d - dropped, tactic.axis))
         elif new is not None:  # ZeRO-2 keeps parameters whole: the sharded update is gathered
             kept_whole.append(new)
     if kept_whole:
