@@ -17,10 +17,7 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from workbench.core.errors import WorkbenchError
-
-
-def _spec(sharding) -> PartitionSpec:
-    return PartitionSpec(*sharding.spec())
+from workbench.core.lowering.explicit import spec
 
 
 def specs(session, *, mesh=None, outputs: bool = False):
@@ -29,12 +26,12 @@ def specs(session, *, mesh=None, outputs: bool = False):
     program, state = session.program, session.state
     if outputs:
         leaves = [
-            _spec(state.shardings[v]) if isinstance(v, int) else PartitionSpec()
+            spec(state.shardings[v]) if isinstance(v, int) else PartitionSpec()
             for v in program.outputs
         ]
         tree = program.out_tree
     else:
-        leaves = [_spec(state.shardings[v]) for v in program.inputs]
+        leaves = [spec(state.shardings[v]) for v in program.inputs]
         tree = program.in_tree
     if mesh is not None:
         leaves = [NamedSharding(mesh, s) for s in leaves]
