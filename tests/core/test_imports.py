@@ -211,6 +211,10 @@ def test_import_errors_say_what_would_work():
     step, args, logical = nnx_model_with_metadata()
     with pytest.raises(WorkbenchError, match="needs the rules"):
         wb.Session.from_jax(step, *args, mesh=MESH, logical_axes=(logical, None, None))
+    with pytest.raises(WorkbenchError, match="logical axes with 1 leaves for an argument with 3"):
+        wb.Session.from_jax(
+            step, *args, mesh=MESH, logical_axes=([P("mlp")], None, None), rules=RULES
+        )
 
 
 def test_an_imported_plan_exports_and_saves_as_itself(tmp_path):

@@ -212,8 +212,7 @@ def apply_tactic(program, mesh: Mesh, state: State, tactic: Tactic) -> State:
             subs = list(tactic.expand(program, mesh, state))
             for sub in subs:
                 sub.seed(prop, mesh)
-            for axis in dict.fromkeys(sub.axis for sub in subs):
-                prop.settle(axis)
+            prop.settle(subs[0].axis if subs else None)  # every axis, to a fixed point
         else:
             for sub in tactic.expand(program, mesh, state):
                 run(sub)

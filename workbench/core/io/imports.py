@@ -23,6 +23,7 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from workbench.core.errors import TacticError, WorkbenchError
+from workbench.core.io.specs import logical_leaves, spec_entry
 from workbench.core.ir.selectors import exact
 from workbench.core.tactics import Tactic, Tile
 
@@ -85,7 +86,7 @@ def tiles_for(names, specs, mesh) -> Triples:
     """A ``(selector, dim, axis)`` per dim and axis the specs place, major axis first."""
     out = []
     for name, spec in zip(names, specs):
-        if spec is None:
+        if spec is None or name is None:  # left to propagation, or a literal output
             continue
         for dim, entry in enumerate(spec):
             for axis in (entry,) if isinstance(entry, str) else (entry or ()):
@@ -132,14 +133,7 @@ def logical_specs(logical_axes, rules, arguments) -> list:
         if part is None:
             out += [None] * arg.num_leaves
             continue
-        leaves = jax.tree_util.tree_leaves(
-            part, is_leaf=lambda x: x is None or isinstance(x, tuple)
-        )
-        if len(leaves) != arg.num_leaves:
-            raise WorkbenchError(
-                f"logical_axes: an argument with {arg.num_leaves} arrays got {len(leaves)} "
-                "leaves; pass nnx.get_partition_spec(state) (or None) per argument."
-            )
+        leaves = logical_leaves(part, arg)
         for names in leaves:
             used, entries = set(), []
             for name in names or ():
@@ -150,17 +144,17 @@ def logical_specs(logical_axes, rules, arguments) -> list:
                         pick = cand
                         break
                 used |= set(pick or ())
-                entries.append(None if not pick else pick[0] if len(pick) == 1 else pick)
+                entries.append(spec_entry(pick or ()))
             out.append(PartitionSpec(*entries) if names is not None else None)
     return out
 
 
-def jit_shardings(step, args) -> tuple[list, list] | None:
-    """The in and out shardings a ``jax.jit`` function was made with (None if it is not one)."""
+def jit_shardings(step, program) -> tuple[list, list] | None:
+    """The in and out shardings a ``jax.jit`` function was made with, read off the captured
+    program's jit equation (None if ``step`` is not one)."""
     if not hasattr(step, "lower"):
         return None
-    closed = jax.make_jaxpr(step)(*args)
-    eqns = closed.jaxpr.eqns
+    eqns = program.jaxpr.jaxpr.eqns
     if len(eqns) != 1 or eqns[0].primitive.name not in ("jit", "pjit"):
         return None
     params = eqns[0].params
@@ -201,11 +195,13 @@ def import_plan(
     inputs = [program.values[v].name for v in program.inputs]
     outputs = [program.values[v].name if isinstance(v, int) else None for v in program.outputs]
     schedule = []
-    jitted = jit_shardings(step, args) if in_shardings is None and out_shardings is None else None
+    jitted = (
+        jit_shardings(step, program) if in_shardings is None and out_shardings is None else None
+    )
     if jitted is not None:
         ins, outs = jitted
         schedule.append(Imported("jit in_shardings", tiles_for(inputs, ins, mesh)))
-        out_tiles = tiles_for([n for n in outputs if n], outs, mesh)
+        out_tiles = tiles_for(outputs, outs, mesh)
     else:
         if in_shardings is not None:
             specs = flat_specs(in_shardings, arguments, "in_shardings")

@@ -43,11 +43,11 @@ def specs(session, *, mesh=None, outputs: bool = False):
 @dataclass(frozen=True)
 class LogicalRules:
     """Flax-style rules, ``(logical name, mesh axes or None)``, and the names a plan splits
-    more than one way (``name -> ((value, axes), ...)``); the rules hold only when that is
-    empty."""
+    more than one way (``name -> {mesh axes: values split so}``); the rules hold only when
+    that is empty."""
 
     rules: tuple[tuple[str, str | tuple[str, ...] | None], ...]
-    split: dict[str, tuple[tuple[str, tuple[str, ...]], ...]]
+    split: dict[str, dict[tuple[str, ...], tuple[str, ...]]]
 
     @property
     def ok(self) -> bool:
@@ -58,10 +58,7 @@ class LogicalRules:
         text = "rules = (\n" + "\n".join(lines) + "\n)"
         if self.split:
             text += "\nnot expressible as rules; these logical names are split more than one way:"
-            for name, uses in self.split.items():
-                ways: dict[tuple, list[str]] = {}
-                for value, axes in uses:
-                    ways.setdefault(axes, []).append(value)
+            for name, ways in self.split.items():
                 for axes, values in ways.items():
                     how = f"over {','.join(axes)}" if axes else "whole"
                     more = f" and {len(values) - 3} more" if len(values) > 3 else ""
@@ -95,6 +92,24 @@ def _is_axes(x) -> bool:
     return x is None or isinstance(x, tuple)
 
 
+def logical_leaves(part, arg) -> list:
+    """Per leaf of argument ``arg`` (a treedef), its logical names from ``part`` (a tree like
+    it, as ``nnx.get_partition_spec`` gives one); a clear error when the shapes differ."""
+    leaves = jax.tree_util.tree_leaves(part, is_leaf=_is_axes)
+    if len(leaves) != arg.num_leaves:
+        raise WorkbenchError(
+            f"logical axes with {len(leaves)} leaves for an argument with {arg.num_leaves} "
+            "arrays; pass a tree shaped like the argument (e.g. nnx.get_partition_spec(state)), "
+            "or None."
+        )
+    return leaves
+
+
+def spec_entry(axes: tuple[str, ...]):
+    """Mesh axes as one entry of a PartitionSpec or a rule: None, an axis, or a tuple."""
+    return None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
+
+
 def logical_rules(session, axes=None) -> LogicalRules:
     """The plan as rules over logical names. ``axes``: per argument, a pytree like it whose
     leaves are its logical names per dim (a tuple or a PartitionSpec of names, as
@@ -114,14 +129,7 @@ def logical_rules(session, axes=None) -> LogicalRules:
     start = 0
     for tree, ax in zip(arguments, given):
         if ax is not None:
-            leaves = jax.tree_util.tree_leaves(ax, is_leaf=_is_axes)
-            if len(leaves) != tree.num_leaves:
-                raise WorkbenchError(
-                    f"logical axes with {len(leaves)} leaves for an argument with "
-                    f"{tree.num_leaves} arrays; pass a tree shaped like the argument "
-                    "(e.g. nnx.get_partition_spec(state))."
-                )
-            for k, leaf in enumerate(leaves):
+            for k, leaf in enumerate(logical_leaves(ax, tree)):
                 given_leaves[start + k] = tuple(leaf) if leaf is not None else ()
         start += tree.num_leaves
     # a class takes the name the user gave one of its dims, else the anatomy's
@@ -150,9 +158,6 @@ def logical_rules(session, axes=None) -> LogicalRules:
     rules, split = [], {}
     for name, ways in uses.items():
         if len(ways) > 1:
-            split[name] = tuple((value, a) for a, values in ways.items() for value in values)
-        (mesh_axes,) = list(ways)[:1]
-        rules.append(
-            (name, None if not mesh_axes else mesh_axes[0] if len(mesh_axes) == 1 else mesh_axes)
-        )
+            split[name] = {axes: tuple(values) for axes, values in ways.items()}
+        rules.append((name, spec_entry(next(iter(ways)))))
     return LogicalRules(tuple(rules), split)
