@@ -15,6 +15,11 @@ def a(*shape, dtype=f32):
     return jax.ShapeDtypeStruct(shape, dtype)
 
 
+def _constrained(x):
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("d",))
+    return lax.with_sharding_constraint(x, jax.sharding.NamedSharding(mesh, jax.P("d")))
+
+
 def _conv(x, w, **kw):
     return lax.conv_general_dilated(
         x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"), **kw
@@ -37,6 +42,7 @@ CASES = {
     "select_n": (lambda p, x, y: lax.select(p, x, y), (a(2, 4, dtype=bool), a(2, 4), a(2, 4))),
     "stop_gradient": (lax.stop_gradient, (a(2, 4),)),
     "name": (lambda x: checkpoint_name(x, "h"), (a(2, 4),)),
+    "sharding_constraint": (_constrained, (a(2, 4),)),
     "gt": (lambda x: x > 0, (a(2, 4),)),
     "rsqrt": (lax.rsqrt, (a(2, 4),)),
     # contractions

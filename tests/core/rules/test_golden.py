@@ -20,6 +20,7 @@ GOLDEN = {
     "select_n": "([i, j], [i, j], [i, j])->([i, j]) {i=2, j=4} linear: 1+2",
     "stop_gradient": "([i, j])->([i, j]) {i=2, j=4} linear: 0 structural",
     "name": "([i, j])->([i, j]) {i=2, j=4} linear: 0 structural",
+    "sharding_constraint": "([i, j])->([i, j]) {i=2, j=4} linear: 0 structural",
     "gt": "([i, j], [])->([i, j]) {i=2, j=4}",
     "rsqrt": "([i, j])->([i, j]) {i=2, j=4}",
     "dot_general": "([i, j], [j, k])->([i, k]) {i=2, j=4, k=8} sum: j linear: 0 | 1",
