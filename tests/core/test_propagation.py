@@ -249,3 +249,34 @@ def test_a_contraction_and_a_result_factor_on_one_axis_conflict():
         "tactic #0 Tile('table', dim=0, axis='batch')",
         "tactic #1 Tile('idx', dim=0, axis='batch')",
     }
+
+
+def test_a_step_reports_its_events_in_the_order_propagation_made_them():
+    s = session(mlp, *MLP_ARGS)
+    s.apply(wb.Tile("params/w_in", 1, "model"))
+    s.apply(wb.Replicate("x", "batch"))
+    s.apply(wb.Tile("params/w_out", 1, "batch"))
+    first = s.events(1)
+    assert [e.index for e in first] == list(range(1, len(first) + 1))
+    assert first[0].kind == "seed" and first[0].value == "params/w_in" and first[0].op is None
+    for e in first[1:]:  # each later decision came over an op from a value decided before it
+        assert e.kind in ("tile", "sum") and e.op is not None
+        assert e.source in {d.value for d in first if d.index < e.index}
+    assert {e.value for e in first} == {s.program.values[v].name for v in s.state_at(1).changed}
+    assert [(e.kind, e.value, e.axis) for e in s.events(2)] == [("replicate", "x", "batch")]
+    assert s.events(0) == ()
+    assert s.events() == s.events(3)
+
+
+def test_conflicts_are_events_at_the_point_they_arise():
+    def f(x, w):
+        return x @ w
+
+    s = session(f, sds(8, 16), sds(16, 4))
+    s.apply(wb.Tile("x", 0, "batch"))
+    s.apply(wb.Tile("w", 1, "batch"))  # the product cannot take batch on both its dims
+    events = s.events()
+    conflicts = [e for e in events if e.kind == "conflict"]
+    assert len(conflicts) == 1 and conflicts[0].axis == "batch" and conflicts[0].op
+    assert conflicts[0].index == events.index(conflicts[0]) + 1
+    assert s.state.conflicts[0].step == conflicts[0].index

@@ -1,5 +1,7 @@
 """Session history, queries and the bad-input contract: a clear error and nothing changed."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -13,6 +15,7 @@ from workbench.core.errors import (
     TacticError,
     UnknownValueError,
 )
+from workbench.models import build
 
 
 def sds(*shape, dtype=jnp.float32):
@@ -223,6 +226,64 @@ def test_a_composite_equals_its_parts_applied_one_by_one(model):
         assert sorted((c.kind, c.value, c.axes, c.bytes) for c in whole.collectives()) == sorted(
             (c.kind, c.value, c.axes, c.bytes) for c in parts.collectives()
         )
+        _each_decision_names_its_part(whole)
+
+
+def _each_decision_names_its_part(s):
+    """Every decision of a composite names the part it flowed from; a seed's part selected it."""
+    from workbench.core.ir.selectors import select
+
+    state = s.state
+    for p in state.provenance.values():
+        parts = state.parts[p.tactic]
+        assert p.part is not None and p.part < len(parts)
+        if p.op is None:
+            assert p.value in select(s.program, parts[p.part].selector)
+        else:  # it came from a value decided by the same part, or an earlier tactic's
+            q = state.provenance.get((p.source, p.axis))
+            assert q is None or q.tactic != p.tactic or q.part == p.part
+
+
+def test_random_schedules_decide_what_their_parts_decide():
+    import random
+
+    from workbench.models.external import build_external
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        programs = [
+            wb.capture(ex.fn, *ex.args)
+            for ex in (
+                build("lm", "tiny", abstract=True),
+                build_external("hf_gpt2", "tiny", abstract=True),
+            )
+        ]
+    mesh = wb.Mesh({"data": 2, "model": 4})
+    pool = [
+        wb.BP("data"),
+        wb.MP("model"),
+        wb.Z2("data"),
+        wb.Z3("data"),
+        wb.SP("model"),
+        wb.EMB("model"),
+        wb.Z3("model"),
+    ]
+    rng = random.Random(23)
+    for _ in range(6):
+        program = rng.choice(programs)
+        schedule = rng.sample(pool, rng.randint(2, 4))
+        try:
+            whole = wb.Session(program, mesh, schedule)
+        except wb.WorkbenchError:  # refused as a whole: refused part by part too
+            with pytest.raises(wb.WorkbenchError):
+                _parts_one_by_one(program, mesh, schedule)
+            continue
+        parts = _parts_one_by_one(program, mesh, schedule)
+        assert dict(whole.state.shardings) == dict(parts.state.shardings), schedule
+        assert {(c.op, c.axis) for c in whole.state.conflicts} == {
+            (c.op, c.axis) for c in parts.state.conflicts
+        }
+        _each_decision_names_its_part(whole)
 
 
 def test_exact_selects_one_name_whatever_characters_it_holds():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench.core.sharding import Sharding
-from workbench.core.state import Conflict, Provenance, State
+from workbench.core.state import Conflict, Pin, Provenance, State
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,12 +27,15 @@ class Trace:
     tactic: int | None
     tactic_text: str
     hops: tuple[Hop, ...]  # from the tactic's seed to the value
+    part: str = ""  # within a composite tactic, the part whose seed it flowed from
 
     def __str__(self) -> str:
         head = f"  {self.axis} on {self.decision}"
         if self.tactic is None:
             return head + f" ({self.tactic_text})"
         lines = [head + f": tactic #{self.tactic} {self.tactic_text}"]
+        if self.part:
+            lines[0] += f", from its part {self.part}"
         for i, hop in enumerate(self.hops):
             if hop.op is None:
                 lines.append(f"    {hop.value}  (selected by the tactic)")
@@ -103,12 +106,91 @@ def why(program, state: State, vid: int) -> Why:
             if tactic is not None and tactic < len(state.schedule)
             else ""
         )
-        traces.append(Trace(axis, decision, tactic, text, hops))
+        traces.append(Trace(axis, decision, tactic, text, hops, _part_text(state, last)))
     for axis in sorted(s.replicated):
         traces.append(Trace(axis, "replicated", None, "kept whole by a Replicate tactic", ()))
     for axis in sorted(s.atomic):
         traces.append(Trace(axis, "atomic", None, "frozen by an Atomic tactic", ()))
     return Why(program.values[vid].name, s, tuple(traces))
+
+
+def _part_text(state: State, record) -> str:
+    if record is None or record.part is None:
+        return ""
+    parts = state.parts.get(record.tactic, ())
+    return str(parts[record.part]) if record.part < len(parts) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One step of a tactic's propagation, in names a user reads.
+
+    ``kind`` is "seed" (the tactic put ``axis`` on ``value``), "tile" or "sum" (it spread
+    over ``op`` from ``source``: a tiled dim, or a pending reduction), "replicate" or
+    "atomic" (a pin), or "conflict" (propagation stopped at ``op``; ``value`` is empty).
+    """
+
+    index: int  # 1-based, the order propagation made it in
+    kind: str
+    axis: str
+    value: str
+    value_id: int | None
+    dim: int | None
+    op: str | None
+    op_id: int | None
+    source: str | None
+    part: str  # the composite's part it flowed from, "" for a primitive tactic
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.index:>5}  {self.text}"
+
+
+def events(program, state: State) -> tuple[Event, ...]:
+    """The events of the tactic that made ``state``, in order (see `Event`)."""
+    names = program.values
+    out = []
+    for e in state.events:
+        part = _part_text(state, e)
+        if isinstance(e, Provenance):
+            value = names[e.value].name
+            what = f"dim {e.dim}" if e.dim is not None else f"pending {e.reduction}"
+            if e.op is None:
+                kind, text = "seed", f"{value}: {e.axis} on {what} (selected)"
+            else:
+                kind = "tile" if e.dim is not None else "sum"
+                op = program.ops[e.op].name
+                src = "" if e.source is None else f" from {names[e.source].name}"
+                text = f"{value}: {e.axis} on {what} via {op}{src}"
+            out.append(
+                Event(
+                    e.step,
+                    kind,
+                    e.axis,
+                    value,
+                    e.value,
+                    e.dim,
+                    None if e.op is None else program.ops[e.op].name,
+                    e.op,
+                    None if e.source is None else names[e.source].name,
+                    part,
+                    text,
+                )
+            )
+        elif isinstance(e, Pin):
+            kind = "atomic" if e.atomic else "replicate"
+            value = names[e.value].name
+            text = f"{value}: {kind} on {e.axis}"
+            out.append(
+                Event(e.step, kind, e.axis, value, e.value, None, None, None, None, part, text)
+            )
+        else:
+            op = program.ops[e.op].name
+            text = f"conflict at {op} on {e.axis}: {e.reason}"
+            out.append(
+                Event(e.step, "conflict", e.axis, "", None, None, op, e.op, None, part, text)
+            )
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from types import MappingProxyType
 from workbench.core.mesh import Mesh
 from workbench.core.rules.mapping import FactorMapping
 from workbench.core.sharding import Sharding, canonical
-from workbench.core.state import Claim, Conflict, Provenance, State
+from workbench.core.state import Claim, Conflict, Pin, Provenance, State
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,16 +112,35 @@ class Propagator:
         self.step_count = 0
         self.changed: set[int] = set()
         self.fresh: set[int] = set()  # written since the last settle: where it restarts
-        self.order: list[Provenance] = []
+        self.events: list[Provenance | Conflict | Pin] = []  # in the order they happen
+        self.parts: dict[int, tuple] = dict(state.parts)
+        self.part: int | None = None  # the composite's part being seeded
         self.nbytes = [v.nbytes for v in program.values]
         self.outputs = {v for v in program.outputs if isinstance(v, int)}
 
     # -- writes ----------------------------------------------------------------------------
+    def begin_part(self, tactic) -> None:
+        """Seeds from here on are ``tactic``'s, one part of the composite being applied."""
+        parts = self.parts.get(self.tactic, ())
+        self.parts[self.tactic] = (*parts, tactic)
+        self.part = len(parts)
+
+    def _part_of(self, source, axis) -> int | None:
+        """A decision's part is its seed's: the part of the value it came from, if this tactic's."""
+        if source is not None:
+            p = self.prov.get((source, axis))
+            if p is not None and p.tactic == self.tactic:
+                return p.part
+        return self.part
+
     def _record(self, vid, axis, **kwargs) -> None:
         self.step_count += 1
-        p = Provenance(value=vid, axis=axis, tactic=self.tactic, step=self.step_count, **kwargs)
+        part = self._part_of(kwargs.get("source"), axis)
+        p = Provenance(
+            value=vid, axis=axis, tactic=self.tactic, step=self.step_count, part=part, **kwargs
+        )
         self.prov[(vid, axis)] = p
-        self.order.append(p)
+        self.events.append(p)
         self.changed.add(vid)
         self.fresh.add(vid)
 
@@ -136,6 +155,8 @@ class Propagator:
     def pin(self, vid, axis, *, atomic: bool) -> None:
         s = self.sh[vid]
         self.sh[vid] = s.with_atomic(axis) if atomic else s.with_replicated(axis)
+        self.step_count += 1
+        self.events.append(Pin(vid, axis, atomic, self.tactic, self.step_count, self.part))
         self.changed.add(vid)
         self.fresh.add(vid)
 
@@ -181,9 +202,9 @@ class Propagator:
                 if not dirty[axis]:
                     continue
                 seeds, dirty[axis] = dirty[axis], set()
-                start = len(self.order)
+                start = len(self.events)
                 self.run(axis, seeds)
-                newly = {p.value for p in self.order[start:]}
+                newly = {p.value for p in self.events[start:] if isinstance(p, Provenance)}
                 for other in axes:
                     if other != axis:
                         dirty[other] |= newly
@@ -375,7 +396,13 @@ class Propagator:
             else:
                 wants = f"factor {ix.letters[f]} on dim {s.dim_of(axis)} ({side})"
             out.append(Claim(vid, wants, p.tactic if p else None))
-        self.conflicts[(o, axis)] = Conflict(o, axis, tuple(out), reason, self.tactic)
+        self.step_count += 1
+        parts = {self._part_of(c.value, axis) for c in out} - {None}
+        c = Conflict(
+            o, axis, tuple(out), reason, self.tactic, self.step_count, min(parts, default=self.part)
+        )
+        self.conflicts[(o, axis)] = c
+        self.events.append(c)
 
     # -- result ----------------------------------------------------------------------------
     def state(self) -> State:
@@ -388,5 +415,6 @@ class Propagator:
             conflicts=tuple(self.conflicts.values()),
             schedule=self.schedule,
             changed=frozenset(self.changed),
-            order=tuple(self.order),
+            events=tuple(self.events),
+            parts=MappingProxyType(self.parts),
         )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from jax import sharding as jax_sharding
 
 from workbench.core.errors import HistoryError, WorkbenchError
-from workbench.core.explain import ConflictReport, Why, report, why
+from workbench.core.explain import ConflictReport, Event, Why, events, report, why
 from workbench.core.ir.program import Program
 from workbench.core.mesh import Mesh
 from workbench.core.sharding import Sharding
@@ -129,6 +129,11 @@ class Session:
 
     def why(self, name: str) -> Why:
         return why(self.program, self.state, self.program.value(name).id)
+
+    def events(self, step: int | None = None) -> tuple[Event, ...]:
+        """How the tactic of ``step`` (default: the current step) propagated, event by event:
+        every axis it put on a value (from which value, over which op), pin and conflict."""
+        return events(self.program, self.state if step is None else self.state_at(step))
 
     @property
     def conflicts(self) -> list[ConflictReport]:

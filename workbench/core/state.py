@@ -27,6 +27,7 @@ class Provenance:
     source: int | None = None
     factor: str | None = None  # the factor of ``op`` that carried it, as the op's rule names it
     step: int = 0
+    part: int | None = None  # which of a composite tactic's parts it flowed from (``State.parts``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,20 @@ class Conflict:
     claims: tuple[Claim, ...]
     reason: str
     tactic: int  # the tactic whose propagation found it
+    step: int = 0  # its place among the tactic's events
+    part: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """A Replicate (``atomic`` False) or Atomic tactic holding ``value`` on ``axis``."""
+
+    value: int
+    axis: str
+    atomic: bool
+    tactic: int
+    step: int = 0
+    part: int | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,9 +73,17 @@ class State:
     conflicts: tuple[Conflict, ...] = ()
     schedule: tuple[Any, ...] = ()  # the tactics applied, in order
     changed: frozenset[int] = frozenset()  # values the last tactic changed
-    order: tuple[Provenance, ...] = field(
+    events: tuple[Provenance | Conflict | Pin, ...] = field(
         default=(), repr=False
-    )  # the last tactic's decisions, in order
+    )  # the last tactic's decisions, pins and conflicts, in the order propagation made them
+    parts: Mapping[int, tuple[Any, ...]] = field(
+        default_factory=lambda: MappingProxyType({}), repr=False
+    )  # per composite tactic of the schedule, the primitive tactics it ran, in order
+
+    @property
+    def order(self) -> tuple[Provenance, ...]:
+        """The last tactic's decisions (axis on a value), in order."""
+        return tuple(e for e in self.events if isinstance(e, Provenance))
 
     @classmethod
     def initial(cls, program) -> State:

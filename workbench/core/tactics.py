@@ -198,6 +198,8 @@ def apply_tactic(program, mesh: Mesh, state: State, tactic: Tactic) -> State:
 
     def run(t: Tactic) -> None:
         if isinstance(t, PRIMITIVE_TACTICS):
+            if t is not tactic:
+                prop.begin_part(t)
             t.seed(prop, mesh)
             prop.settle(t.axis)
         else:
@@ -211,6 +213,7 @@ def apply_tactic(program, mesh: Mesh, state: State, tactic: Tactic) -> State:
         if getattr(tactic, "one_pass", False):  # every seed placed, then one propagation
             subs = list(tactic.expand(program, mesh, state))
             for sub in subs:
+                prop.begin_part(sub)
                 sub.seed(prop, mesh)
             prop.settle(subs[0].axis if subs else None)  # every axis, to a fixed point
         else:
