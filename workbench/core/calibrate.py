@@ -199,6 +199,7 @@ def calibrate(
         all_reduce_combine_bytes=hw.XLA_CPU_COMBINE_BYTES if on_cpu else hw.XLA_COMBINE_BYTES,
         fresh_buffer_bytes=fresh,
         first_touch_bandwidth=touch,
+        fuses_per_reader=on_cpu,
     )
 
 

@@ -193,6 +193,11 @@ class Hardware:
     # a per-step buffer above this many bytes is fresh memory each step (None: reused)
     fresh_buffer_bytes: float | None = None
     first_touch_bandwidth: float | None = None  # bytes/s of touching fresh memory (None: free)
+    # whether the compiler fuses an elementwise value into each reader that can take it
+    # (XLA's CPU instruction fusion: a residual sum is recomputed in every later layer's
+    # transposed copies, measured) rather than into all of its readers or none (XLA's GPU
+    # priority fusion: a value a matmul also reads is written once; TPU alike)
+    fuses_per_reader: bool = False
 
     def __post_init__(self):
         flops = {dtype_name(k): v for k, v in dict(self.flops).items()}
@@ -736,6 +741,7 @@ CPU = Hardware(
     links=(Link("host", 5e9, 1e-5),),
     devices_per_node=1024,
     all_reduce_combine_bytes=XLA_CPU_COMBINE_BYTES,
+    fuses_per_reader=True,
     sources={
         "flops.float32": _PLACEHOLDER,
         "flops.float64": _PLACEHOLDER,

@@ -10,7 +10,9 @@
   redistribution (a slice or mask, priced like a copy of what it keeps) and each
   transposed copy of a matmul or convolution operand in the wrong order (the copies the
   memory model holds). A compiler fuses such a copy into the elementwise kernel that makes
-  the operand, recomputing the cheap values on the way (``recomputed``), so the copy
+  the operand, recomputing the cheap values on the way (``recomputed``: on a CPU through
+  every later layer of an unrolled step, as XLA's CPU fusion does; on an accelerator up to
+  the values a matmul also reads, ``Hardware.fuses_per_reader``), so the copy
   reads every input of that kernel in transposed order: it moves
   those inputs and its own result at ``hardware.copy_bandwidth`` of the bytes it reads
   (a plain copy reads one array: the rate measured at its size; see ``copy_reads``), per
@@ -223,7 +225,7 @@ def _full_inputs(program, op) -> int:
     return full
 
 
-def recomputed(program) -> frozenset:
+def recomputed(program, per_reader: bool = True) -> frozenset:
     """The values a compiler recomputes inside each fused kernel that reads them, rather
     than reading them from a buffer, even where it also writes one for readers that do not
     fuse (XLA's instruction fusion duplicates producers): bitcasts (``FREE``), and
@@ -234,7 +236,11 @@ def recomputed(program) -> frozenset:
       (``_full_inputs``; a sum of two arrays), where some reader cannot fuse it
       (``_fuses_its_input``: a collective, a matmul reading it as it is, a reduction:
       XLA's CPU row reductions are library kernels that fuse nothing): recomputing it in
-      the other readers would read its inputs again on top of the buffer.
+      the other readers would read its inputs again on top of the buffer;
+    - without ``per_reader`` (a compiler that fuses a value into all of its readers or
+      none, as XLA's GPU priority fusion does), one read by several ops of which one cannot
+      fuse it (a matmul): it is written once and every reader reads it. The residual
+      stream's gradient is then written once per layer, as it is in a scan.
 
     Checked on the LM on CPU: the copy feeding a layer's weight gradient recomputes the
     residual stream's gradient through every later layer's layer-norm backward, reading
@@ -253,6 +259,10 @@ def recomputed(program) -> frozenset:
             continue
         if op.primitive in EXPENSIVE and len({r.id for r, _ in _readers(program, value.id)}) > 1:
             continue
+        if not per_reader:
+            readers = {r.id: r.primitive for r, _ in _readers(program, value.id)}
+            if len(readers) > 1 and not FUSING_READERS.issuperset(readers.values()):
+                continue
         if _full_inputs(program, op) > 1:
             inputs = sum(
                 tensor_bytes(program.values[u].type)
@@ -426,9 +436,9 @@ class _Static:
     unbuffered: frozenset  # fused | folded: values the memory model gives no buffer of their own
     in_place: frozenset  # positions of elementwise kernels
     copies: tuple  # (op id, operand indices read through a transposed copy)
-    recomputed: frozenset  # values each fused kernel reading them recomputes (``recomputed``)
-    # (op id, operand index) of each copy -> what the copy reads (see ``copy_reads``)
-    copy_reads: dict
+    # per ``per_reader``: (values each fused kernel reading them recomputes,
+    # (op id, operand index) of each copy -> what the copy reads); see ``fusion``
+    fusions: dict
     copy_kept: dict  # (op id, operand index) -> (leading, trailing) dims left in place
     optimizer_ops: tuple  # op ids in the optimizer phase
     # the optimizer's ops in ``order``: (op id, position, tensor operands, results)
@@ -474,12 +484,6 @@ class _Static:
                         copies.append((op.id, ks))
                         wanted = wanted_orders(op, ranks)
                         kept.update({(op.id, k): kept_in_place(wanted[k]) for k in ks})
-            again = recomputed(program)
-            reads = {
-                (o_id, k): copy_reads(program, program.ops[o_id].operands[k], again)
-                for o_id, ks in copies
-                for k in ks
-            }
             cached = program.__dict__["_simulator_static"] = cls(
                 order=order,
                 position={op.id: i for i, op in enumerate(order)},
@@ -489,8 +493,7 @@ class _Static:
                 unbuffered=frozenset(fused | folded),
                 in_place=frozenset(i for i, op in enumerate(order) if op.primitive in FUSIBLE),
                 copies=tuple(copies),
-                recomputed=again,
-                copy_reads=reads,
+                fusions={},
                 copy_kept=kept,
                 optimizer_ops=tuple(op.id for op in program.ops if op.phase == "optimizer"),
                 optimizer_steps=tuple(
@@ -508,6 +511,22 @@ class _Static:
                 alike=_alike(program, fusing),
             )
         return cached
+
+    def fusion(self, program, per_reader: bool) -> tuple[frozenset, dict]:
+        """``(recomputed values, what each transposed copy reads)`` for a compiler that
+        does or does not recompute sums in every reader (``Hardware.fuses_per_reader``),
+        computed the first time a spec of that kind asks."""
+        if per_reader not in self.fusions:
+            again = recomputed(program, per_reader)
+            self.fusions[per_reader] = (
+                again,
+                {
+                    (o_id, k): copy_reads(program, program.ops[o_id].operands[k], again)
+                    for o_id, ks in self.copies
+                    for k in ks
+                },
+            )
+        return self.fusions[per_reader]
 
 
 def schedule(program) -> list[int]:
@@ -672,7 +691,8 @@ class _Simulator:
         redistribution)."""
         mesh, plan = self.mesh, self.plan
         size = plan.ops[op_id].operands[k].local_nbytes(mesh)
-        reads = self.static.copy_reads[(op_id, k)]
+        again, walked = self.static.fusion(self.program, self.hw.fuses_per_reader)
+        reads = walked[(op_id, k)]
         operand = self.program.ops[op_id].operands[k]
         redistributed = plan.redistributed
         if reads is None or operand in redistributed:
@@ -680,9 +700,9 @@ class _Simulator:
         if not reads[0].isdisjoint(redistributed):  # the chain stops at those buffers
             cut = reads[0] & redistributed
             walks = self.program.__dict__.setdefault("_copy_reads_cut", {})
-            key = (op_id, k, cut)
+            key = (op_id, k, cut, self.hw.fuses_per_reader)
             if key not in walks:
-                walks[key] = copy_reads(self.program, operand, self.static.recomputed, cut)
+                walks[key] = copy_reads(self.program, operand, again, cut)
             reads = walks[key]
         read = 0.0
         for reader, i in reads[1]:
