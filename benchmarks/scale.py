@@ -17,7 +17,11 @@ Targets (issue "Plans at the scale people train"): at 80 layers each tactic, his
 and time per op flat (within 1.5x) across depths; the 405B step under 60 s in all, under
 4 GiB.
 
-    python benchmarks/scale.py [--layers 8 16 32 80 126] [--repeats 3] [--no-405b]
+Then the estimate's linearity: the 70B-shaped step unrolled and under ``lax.scan`` at 8, 32
+and 126 layers, BP+MP+Z3 on H100s: step time, time per layer between depths (target: the
+same within 5%) and unrolled over scan; and the scan form's whole plan time (target < 2 s).
+
+    python benchmarks/scale.py [--layers 8 16 32 80 126] [--repeats 3] [--no-405b] [--no-linearity]
 """
 
 import argparse
@@ -129,12 +133,55 @@ def llama_405b() -> None:
     )
 
 
+def linearity(depths=(8, 32, 126)) -> None:
+    """The estimate's step time by depth, the step unrolled and under ``lax.scan``: the time
+    per layer (slope) between consecutive depths, and the scan form's whole plan
+    (BP+MP+Z3+estimate) time."""
+    rows, times = [], {}
+    for name in ("lm", "lm_scan"):
+        for layers in depths:
+            ex = build(name, lm.Config.preset("huge", n_layers=layers), abstract=True)
+            program = wb.capture(ex.fn, *ex.args)
+            s = wb.Session(program, wb.Mesh({"data": 2048, "model": 4}))
+            t0 = time.perf_counter()
+            for tactic in (wb.BP("data"), wb.MP("model"), wb.Z3("data")):
+                s.apply(tactic)
+            e = s.estimate(hardware.H100)
+            plan = time.perf_counter() - t0
+            times[name, layers] = e.step_s
+            rows.append([name, layers, len(program.ops), f"{plan:.2f}", f"{e.step_s * 1e3:.0f}"])
+    for row in rows:
+        name, layers = row[0], row[1]
+        i = depths.index(layers)
+        slope = (
+            (times[name, layers] - times[name, depths[i - 1]]) / (layers - depths[i - 1]) * 1e3
+            if i
+            else float("nan")
+        )
+        row += [f"{slope:.1f}", f"{times['lm', layers] / times['lm_scan', layers]:.3f}"]
+    print(
+        _common.table(
+            [
+                "form",
+                "layers",
+                "ops",
+                "BP+MP+Z3+estimate s",
+                "step ms (H100)",
+                "ms per layer since previous",
+                "unrolled / scan",
+            ],
+            rows,
+        )
+    )
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--layers", type=int, nargs="+", default=[8, 16, 32, 80, 126])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-405b", action="store_true")
     parser.add_argument("--405b-only", dest="only_405b", action="store_true")
+    parser.add_argument("--no-linearity", action="store_true")
     args = parser.parse_args()
     if args.only_405b:
         llama_405b()
@@ -168,6 +215,8 @@ def main():
             rows,
         )
     )
+    if not args.no_linearity:
+        linearity()
     if not args.no_405b:  # in a fresh process, so its peak memory is its own
         subprocess.run([sys.executable, __file__, "--405b-only"], check=True)
 

@@ -298,3 +298,23 @@ def test_exact_selects_one_name_whatever_characters_it_holds():
         program, wb.Mesh({"data": 2, "model": 4}), [wb.Z3("data", params=exact("p/w?x"))]
     )
     assert s.sharding("p/w?x").tiled_axes and not s.sharding("p/wa").tiled_axes
+
+
+def test_estimates_are_kept_per_state_while_the_state_is_in_the_history():
+    from workbench.core import hardware as hw
+
+    s = wb.Session(build_program("lm"), wb.Mesh({"data": 2, "model": 4}), [wb.BP("data")])
+    first, bp = s.estimate(hw.H100), s.state
+    assert s.estimate(hw.H100) is first and s.estimate(hw.H100, step=1) is first
+    assert s.estimate(hw.H100, step=0) is not first
+    assert s.estimate(hw.CPU) is not first  # a spec of its own
+    s.undo()
+    s.apply(wb.MP("model"))  # BP's state leaves the history, and what was kept for it
+    assert all(key[0] is not bp for key in s.__dict__["_estimates"])
+    assert bp not in s.__dict__["_plans"]
+    assert s.estimate(hw.H100).step_s != first.step_s
+
+
+def build_program(name):
+    ex = build(name, "tiny", abstract=True)
+    return wb.capture(ex.fn, *ex.args)

@@ -76,10 +76,24 @@ class Session:
 
     def apply(self, tactic: Tactic) -> Session:
         new = apply_tactic(self.program, self.mesh, self.state, tactic)
+        dropped = self._states[self._cursor + 1 :]
         del self._states[self._cursor + 1 :]
         self._states.append(new)
         self._cursor += 1
+        self._forget(dropped)
         return self
+
+    def _forget(self, states) -> None:
+        """Drop what the plan and estimate caches hold for states no longer in the history."""
+        gone = set(states)
+        if not gone:
+            return
+        plans = self.__dict__.get("_plans", {})
+        for state in gone & plans.keys():
+            del plans[state]
+        estimates = self.__dict__.get("_estimates", {})
+        for key in [k for k in estimates if k[0] in gone]:
+            del estimates[key]
 
     def undo(self) -> Session:
         if self._cursor == 0:
@@ -171,20 +185,22 @@ class Session:
         """Every collective the partitioned program performs: kind, value, axes, bytes and why."""
         return list(self.plan().collectives)
 
-    def estimate(self, hardware=None, *, overlap="none"):
+    def estimate(self, hardware=None, *, overlap="none", step: int | None = None):
         """The simulator's estimate of one step per device on ``hardware`` (default: the host CPU
-        preset): time by compute and collective kind, and peak memory by category."""
+        preset) at ``step`` (default: the current one): time by compute and collective kind,
+        and peak memory by category. Cached per state, spec and overlap, as plans are."""
         from workbench.core import hardware as presets
         from workbench.core.simulator import estimate
 
-        return estimate(
-            self.program,
-            self.mesh,
-            self.state,
-            self.plan(),
-            hardware or presets.CPU,
-            overlap=overlap,
-        )
+        state = self.state if step is None else self.state_at(step)
+        hardware = hardware or presets.CPU
+        cache = self.__dict__.setdefault("_estimates", {})
+        key = (state, hardware, overlap)
+        if key not in cache:
+            cache[key] = estimate(
+                self.program, self.mesh, state, self.plan(step), hardware, overlap=overlap
+            )
+        return cache[key]
 
     def lower(self, kind: str = "explicit", devices=None, donate=(), probes=()):
         """``(jitted fn of the flat inputs, jax Mesh)`` for ``kind`` "explicit", "constrained" or

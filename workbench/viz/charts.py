@@ -24,7 +24,7 @@ from plotly.subplots import make_subplots
 
 from workbench.core.collectives import KINDS
 from workbench.core.errors import WorkbenchError
-from workbench.core.simulator import CATEGORIES, Estimate, estimate
+from workbench.core.simulator import CATEGORIES, Estimate
 from workbench.core.units import format_bytes, format_seconds
 from workbench.viz.style import (
     CATEGORY_COLORS,
@@ -164,20 +164,15 @@ def estimates_over_schedule(
 ) -> list[Estimate]:
     """The estimate at each step (default: 0, nothing applied, to the session's current step).
 
-    Reads ``session.state_at(i)`` and its plan (``session.plan(i)``, cached per state): the
-    session is not moved.
+    Reads ``session.estimate(..., step=i)`` (cached per state): the session is not moved.
     ``hardware`` defaults to the host CPU preset, as ``session.estimate`` does.
     """
     if hardware is None:
         from workbench.core import hardware as presets
 
         hardware = presets.CPU
-    program, mesh = session.program, session.mesh
-    out = []
-    for i in range(session.step + 1) if steps is None else steps:
-        plan = session.plan(i)
-        out.append(estimate(program, mesh, session.state_at(i), plan, hardware, overlap=overlap))
-    return out
+    steps = range(session.step + 1) if steps is None else steps
+    return [session.estimate(hardware, overlap=overlap, step=i) for i in steps]
 
 
 def schedule_labels(session, steps: Iterable[int] | None = None) -> list[str]:
