@@ -31,6 +31,7 @@ class Group:
     scope: tuple[str, ...]
     roots: list[int] = field(default_factory=list)  # its top-level ops
     ops: list[int] = field(default_factory=list)  # every op it holds, region bodies included
+    key: str = ""  # what opens it (folding by blocks, see ``blocks.py``); "" otherwise
 
 
 @dataclass(slots=True)
@@ -43,6 +44,8 @@ class Nodes:
     groups: dict[str, Group]  # collapsed boxes by node name
     root: list[int]  # per op id: its top-level op
     region_index: dict[int, int]  # body op id -> index of the region of its parent holding it
+    #: opened blocks (folding by blocks): top-level op id -> (key, title) of its cluster
+    cluster_of: dict[int, tuple[str, str]] = field(default_factory=dict)
 
     def is_drawn(self, op_id: int) -> bool:
         return self.node_of[op_id] == f"op{op_id}"
@@ -81,6 +84,18 @@ def choose_depth(program: Program, roots: list[int], expand, max_nodes: int, siz
     return 0
 
 
+def _root_and_regions(program: Program) -> tuple[list[int], dict[int, int], list]:
+    """Per op its top-level op; per body op the index of the region holding it; the walk."""
+    root = [0] * len(program.ops)
+    region_index: dict[int, int] = {}
+    order = list(program.walk())
+    for op in order:
+        root[op.id] = op.id if op.parent is None else root[op.parent]
+        for k, region in enumerate(op.regions):
+            region_index.update(dict.fromkeys(region.ops, k))
+    return root, region_index, order
+
+
 def assign_nodes(
     program: Program,
     *,
@@ -98,13 +113,7 @@ def assign_nodes(
             f"pick from {', '.join(map(repr, PHASES))}."
         )
     expand = tuple(as_scope(e) for e in ((expand,) if isinstance(expand, str) else expand))
-    root = [0] * len(program.ops)
-    region_index: dict[int, int] = {}
-    order = list(program.walk())
-    for op in order:
-        root[op.id] = op.id if op.parent is None else root[op.parent]
-        for k, region in enumerate(op.regions):
-            region_index.update(dict.fromkeys(region.ops, k))
+    root, region_index, order = _root_and_regions(program)
     # nodes each shown top-level op takes when drawn: itself, its body and its end node
     sizes = {r: 0 for r in program.body if program.ops[r].phase in phases}
     for op in order:

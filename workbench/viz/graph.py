@@ -22,24 +22,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import graphviz
 
 from workbench.core.collectives import Collective
-from workbench.core.explain import report
 from workbench.core.ir.program import Op, Program
 from workbench.core.mesh import Mesh
-from workbench.core.sharding import Sharding
 from workbench.core.state import State
-from workbench.core.units import format_bytes
 from workbench.viz import style
+from workbench.viz.blocks import assign_blocks
 from workbench.viz.collapse import MAX_NODES, PHASES, Nodes, assign_nodes
+from workbench.viz.graph_attrs import GREY, Attributes
 
 FONT = "Helvetica"
 IO_BUDGET = 32  # inputs (outputs) drawn one by one; past this many they group by name prefix
-LABEL_LINES = 2  # distinct shardings written on an edge carrying several values
-TOOLTIP_LINES = 12  # values listed in a tooltip
-GREY = "#7F7F7F"
 
 
 def program_graph(
@@ -65,31 +62,72 @@ def program_graph(
     ``phases``: which of forward, backward and optimizer to draw; edges to the others are
     left out (a box still counts the values crossing its boundary).
     """
-    nodes = assign_nodes(
-        program, phases=phases, collapse=collapse, expand=expand, max_nodes=max_nodes
-    )
+    return graph_picture(
+        program,
+        state,
+        mesh,
+        collectives=collectives,
+        changed=changed,
+        collapse=collapse,
+        expand=expand,
+        phases=phases,
+        max_nodes=max_nodes,
+        legend=legend,
+    ).digraph
+
+
+@dataclass(frozen=True, slots=True)
+class Picture:
+    """A drawing and where things are in it: SVG element ids (the DOT node names, ``e<n>``
+    for edges, ``b<n>`` for the clusters of opened blocks) per op and value, the key each
+    box or cluster opens or folds, and the elements the last tactic changed."""
+
+    digraph: graphviz.Digraph
+    nodes: Nodes
+    op_element: dict[int, str]  # op id -> the node it is drawn as (its own or a box)
+    value_elements: dict[int, tuple[str, ...]]  # value id -> the edges carrying it
+    folds: dict[str, str]  # element id -> the key it opens (a box) or folds (a cluster)
+    changed: tuple[str, ...]  # elements drawn bold: what the last tactic changed
+    collectives: dict[str, tuple[Collective, ...]]  # collective node -> the collectives in it
+    node_values: dict[str, tuple[int, ...]]  # an op's node -> its results; an input's or output's
+
+    def element_value(self, element: str) -> int | None:
+        """The value a click on ``element`` means: an edge's first, an op's first result."""
+        for v, ids in self.value_elements.items():
+            if element in ids:
+                return v
+        found = self.node_values.get(element, ())
+        return found[0] if found else None
+
+
+def graph_picture(
+    program: Program,
+    state: State,
+    mesh: Mesh,
+    *,
+    collectives: Iterable[Collective] = (),
+    changed: Iterable[int] | None = None,
+    collapse: int | str | None = "auto",
+    expand: Iterable[str | Sequence[str]] = (),
+    phases: Iterable[str] = PHASES,
+    max_nodes: int = MAX_NODES,
+    legend: bool = True,
+) -> Picture:
+    """``program_graph``'s drawing with its `Picture` index. ``collapse="blocks"`` folds by
+    the anatomy's phases and repeated blocks (see ``blocks.py``); ``expand`` then holds the
+    keys of what is open (default: the forward phase)."""
+    if collapse == "blocks":
+        nodes = assign_blocks(program, phases=phases, expand=expand or ("forward",))
+    else:
+        nodes = assign_nodes(
+            program, phases=phases, collapse=collapse, expand=expand, max_nodes=max_nodes
+        )
     return _Drawing(program, state, mesh, nodes, changed).draw(collectives, legend)
 
 
 def to_svg(digraph: graphviz.Digraph) -> str:
     """Render with graphviz ``dot`` to an SVG string (tooltips become hover titles)."""
     return digraph.pipe(format="svg", encoding="utf-8")
-
-
-def _esc(text: str) -> str:
-    """Plain text as a DOT string: backslashes kept, newlines as line breaks, never HTML."""
-    text = text.replace("\\", "\\\\").replace("\n", "\\n")
-    return " " + text if text.startswith("<") else text
-
-
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def _short(op: Op) -> str:
-    """``layer0/mlp/dot_general.1`` -> ``dot_general.1`` (with the primitive if the name hides it)."""
-    short = op.name.rsplit("/", 1)[-1]
-    return short if op.primitive in short else f"{short}\n{op.primitive}"
 
 
 def _name_prefixes(names: dict, budget: int) -> dict:
@@ -118,14 +156,21 @@ class _Box:
 
     def emit(self, g: graphviz.Digraph) -> None:
         for name, attrs in self.nodes:
-            g.node(name, **attrs)
+            g.node(name, **{"id": name, **attrs})
         for name, box in self.boxes.items():
             with g.subgraph(name=name) as sub:
                 sub.attr(**box.attrs)
                 box.emit(sub)
 
 
-class _Drawing:
+def _bold_nodes(box: _Box) -> list[str]:
+    found = [name for name, attrs in box.nodes if "bold" in attrs.get("style", "")]
+    for sub in box.boxes.values():
+        found += _bold_nodes(sub)
+    return found
+
+
+class _Drawing(Attributes):
     """The data of one ``program_graph`` call; it lives only for that call."""
 
     def __init__(self, program, state, mesh, nodes: Nodes, changed):
@@ -155,6 +200,10 @@ class _Drawing:
         self.conflicts: dict[str, list] = {}
         for c in state.conflicts:
             self.conflicts.setdefault(nodes.node_of[c.op], []).append(c)
+        self.folds: dict[str, str] = {g.node: g.key for g in nodes.groups.values() if g.key}
+        self.bold: list[str] = []
+        self.collective_at: dict[str, tuple[Collective, ...]] = {}
+        self.phase_boxes = {g.node for g in nodes.groups.values() if g.key in PHASES}
 
     # -- which node a value leaves and enters -------------------------------------------------
     def _io_nodes(self, items: list[tuple[int, str]], kind: str) -> dict[int, str]:
@@ -221,11 +270,18 @@ class _Drawing:
             self.cross_in[dst].add(v)
         if src in self.cross_out:
             self.cross_out[src].add(v)
-        if src is not None and dst is not None:
+        if src is not None and dst is not None and not self._to_folded_phase(src, dst):
             self.edges.setdefault((src, dst), {})[v] = None
 
+    def _to_folded_phase(self, src: str, dst: str) -> bool:
+        """An edge between one op and a folded phase: left out (the box counts it), since
+        the saved activations running to the backward box would cost ``dot`` seconds."""
+        return (src in self.phase_boxes and not dst.startswith("g")) or (
+            dst in self.phase_boxes and not src.startswith("g")
+        )
+
     # -- the picture --------------------------------------------------------------------------
-    def draw(self, collectives: Iterable[Collective], legend: bool) -> graphviz.Digraph:
+    def draw(self, collectives: Iterable[Collective], legend: bool) -> Picture:
         self._collect(collectives)
         g = graphviz.Digraph(
             self.p.name,
@@ -253,6 +309,7 @@ class _Drawing:
             for v in moved:
                 carried.pop(v, None)
             root.nodes.append((f"c{i}", self._collective_attrs(cs)))
+            self.collective_at[f"c{i}"] = tuple(cs)
             self.phase_of[f"c{i}"] = self.phase_of.get(dst)
             if src is not None:
                 edges.append((src, f"c{i}", [(v, self.sh[v]) for v in moved]))
@@ -262,9 +319,32 @@ class _Drawing:
         if legend:
             root.nodes.append(("legend", self._legend()))
         root.emit(g)
-        for src, dst, items in edges:
-            self._edge(g, src, dst, self._edge_attrs(items))
-        return g
+        self.bold += _bold_nodes(root)
+        value_elements: dict[int, list[str]] = {}
+        for n, (src, dst, items) in enumerate(edges):
+            attrs = self._edge_attrs(items)
+            self._edge(g, src, dst, dict(attrs, id=f"e{n}"))
+            for v, _ in items:
+                value_elements.setdefault(v, []).append(f"e{n}")
+            if "bold" in attrs["style"]:
+                self.bold.append(f"e{n}")
+        op_element = {o: node for o, node in enumerate(self.n.node_of) if node is not None}
+        return Picture(
+            g,
+            self.n,
+            op_element,
+            {v: tuple(ids) for v, ids in value_elements.items()},
+            self.folds,
+            tuple(self.bold),
+            self.collective_at,
+            self._node_values(),
+        )
+
+    def _node_values(self) -> dict[str, tuple[int, ...]]:
+        found = {f"op{o}": self.p.ops[o].results for o in self.n.drawn}
+        for node, (kind, _, members) in self.io.items():
+            found[node] = tuple(k if kind == "in" else self.p.outputs[k] for k, _ in members)
+        return found
 
     def _edge(self, g, src: str, dst: str, attrs: dict[str, str]) -> None:
         if self.phase_of.get(src) == self.phase_of.get(dst) == "backward":
@@ -290,23 +370,42 @@ class _Drawing:
             phase_box[group.phase].nodes.append((node, self._group_attrs(group)))
             self.phase_of[node] = group.phase
         scope_ids: dict[tuple, int] = {}
+        clusters: dict[str, str] = {}  # an opened block's key -> its cluster's id
         region_box: dict[tuple[int, int], _Box] = {}
         for oid in self.n.drawn:
             op = ops[oid]
             phase = self.phase_of[f"op{oid}"] = ops[self.n.root[oid]].phase
             if op.parent is None:
                 box = phase_box[phase]
+                if oid in self.n.cluster_of:  # an opened block: a cluster that folds it
+                    key, title = self.n.cluster_of[oid]
+                    if key not in clusters:
+                        clusters[key] = f"b{len(clusters)}"
+                        self.folds[clusters[key]] = key
+                    name = clusters[key]
+                    box = box.box(
+                        f"cluster_{name}", id=name, label=f"{title} ▴", color=GREY, penwidth="2"
+                    )
                 for i in range(1, len(op.scope) + 1):
                     if op.scope[:i] == (phase,):  # the optimizer's scope: its phase box says it
                         continue
-                    sid = scope_ids.setdefault((phase, op.scope[:i]), len(scope_ids))
-                    box = box.box(f"cluster_s{sid}", label=op.scope[i - 1], color=GREY)
+                    block = self.n.cluster_of.get(oid, ("",))[0]
+                    sid = scope_ids.setdefault((phase, block, op.scope[:i]), len(scope_ids))
+                    box = box.box(
+                        f"cluster_s{sid}",
+                        id=f"s{sid}",
+                        label=op.scope[i - 1],
+                        color=GREY,
+                        penwidth="1",
+                    )
             else:
                 box = region_box[(op.parent, self.n.region_index[oid])]
             if not op.regions:
                 box.nodes.append((f"op{oid}", self._op_attrs(op)))
                 continue
-            rbox = box.box(f"cluster_r{oid}", style="rounded", color=GREY)
+            rbox = box.box(
+                f"cluster_r{oid}", id=f"r{oid}", style="rounded", color=GREY, penwidth="1"
+            )
             self.phase_of[f"end{oid}"] = phase
             rbox.nodes.append((f"op{oid}", self._op_attrs(op, shape="house")))
             end = self._attrs(f"end {op.name.rsplit('/', 1)[-1]}", op.name, shape="invhouse")
@@ -314,169 +413,9 @@ class _Drawing:
             for k, region in enumerate(op.regions):
                 multi = len(op.regions) > 1
                 region_box[(oid, k)] = (
-                    rbox.box(f"cluster_r{oid}_{k}", label=region.name, style="dotted")
+                    rbox.box(
+                        f"cluster_r{oid}_{k}", id=f"r{oid}_{k}", label=region.name, style="dotted"
+                    )
                     if multi
                     else rbox
                 )
-
-    # -- attributes ---------------------------------------------------------------------------
-    @staticmethod
-    def _attrs(label: str, tooltip: str, **attrs: str) -> dict[str, str]:
-        return dict(label=_esc(label), tooltip=_esc(tooltip or label), **attrs)
-
-    def _values_text(self, vids: Iterable[int], shardings: dict | None = None) -> str:
-        vids = list(vids)
-        lines = []
-        for v in vids[:TOOLTIP_LINES]:
-            s = self.sh[v] if shardings is None else shardings[v]
-            lines.append(f"{self.p.values[v].name}: {s}")
-            lines += self._why(v, s)
-        if len(vids) > TOOLTIP_LINES:
-            lines.append(f"... and {len(vids) - TOOLTIP_LINES} more")
-        return "\n".join(lines)
-
-    def _why(self, v: int, s: Sharding) -> list[str]:
-        lines = []
-        for axis in (*s.tiled_axes, *s.partial_axes):
-            p = self.state.provenance.get((v, axis))
-            if p is None:
-                continue
-            sched = self.state.schedule
-            tactic = sched[p.tactic] if p.tactic < len(sched) else f"tactic #{p.tactic}"
-            via = "selected" if p.op is None else f"via {self.p.ops[p.op].name}"
-            lines.append(f"  {axis}: {tactic}, {via}")
-        return lines
-
-    def _conflict_text(self, node: str) -> tuple[str, str]:
-        found = self.conflicts.get(node, [])
-        axes = ",".join(dict.fromkeys(c.axis for c in found))
-        reports = "\n".join(str(report(self.p, self.state, c)) for c in found[:5])
-        return axes, reports
-
-    def _op_attrs(self, op: Op, shape: str = "box") -> dict[str, str]:
-        label = _short(op)
-        tip = [f"{op.name} ({op.primitive})", op.source, self._values_text(op.results)]
-        attrs = dict(shape=shape, style="rounded")
-        axes, reports = self._conflict_text(f"op{op.id}")
-        if reports:
-            label += f"\nconflict on {axes}"
-            tip.append(reports)
-            attrs.update(
-                color=style.CONFLICT,
-                penwidth="3",
-                style="rounded,filled,bold",
-                fillcolor=style.CONFLICT_FILL,
-            )
-        elif any(r in self.changed for r in op.results):
-            attrs.update(penwidth="2.5", style="rounded,bold")
-        return self._attrs(label, "\n".join(t for t in tip if t), **attrs)
-
-    def _crossing(self, vids: set[int]) -> str:
-        """``3 batch, 1 batch{sum: model}, 2 replicated``: the layouts of values crossing a box."""
-        kinds = Counter()
-        for v in vids:
-            tiled, partial = style.axes_of((self.sh[v],), self.mesh)
-            kinds[(",".join(tiled) or "replicated") + style.reductions_text(partial)] += 1
-        ranked = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))
-        parts = [f"{n} {kind}" for kind, n in ranked[:3]]
-        return ", ".join(parts) + (", …" if len(kinds) > 3 else "")
-
-    def _group_attrs(self, group) -> dict[str, str]:
-        ops = self.p.ops
-        if len(group.roots) == 1:
-            head = f"{ops[group.roots[0]].name} ({ops[group.roots[0]].primitive})"
-        else:
-            head = "/".join(group.scope) or "(top level)"
-        counts = [_plural(len(group.ops), "op")]
-        if self.inside[group.node]:
-            counts.append(_plural(self.inside[group.node], "collective"))
-        n_changed = sum(r in self.changed for o in group.ops for r in ops[o].results)
-        if n_changed:
-            counts.append(f"{n_changed} changed")
-        axes, reports = self._conflict_text(group.node)
-        if reports:
-            counts.append(f"conflict on {axes}")
-        title = head if head == group.phase else f"{head} · {group.phase}"
-        lines = [title, " · ".join(counts)]
-        if self.cross_in[group.node]:
-            lines.append("in: " + self._crossing(self.cross_in[group.node]))
-        if self.cross_out[group.node]:
-            lines.append("out: " + self._crossing(self.cross_out[group.node]))
-        prims = Counter(ops[o].primitive for o in group.ops).most_common(10)
-        tip = ", ".join(f"{p} ×{n}" for p, n in prims) + ("\n" + reports if reports else "")
-        attrs = dict(shape="box3d", style="filled", fillcolor="#F4F4F4")
-        if reports:
-            attrs.update(color=style.CONFLICT, penwidth="3", fillcolor=style.CONFLICT_FILL)
-        elif n_changed:
-            attrs.update(penwidth="2.5", style="filled,bold")
-        return self._attrs("\n".join(lines), f"{head}\n{tip}", **attrs)
-
-    def _io_attrs(self, kind: str, prefix: str, members: list) -> dict[str, str]:
-        shape = "parallelogram" if kind == "in" else "ellipse"
-        vids = [k if kind == "in" else self.p.outputs[k] for k, _ in members]
-        bold = any(v in self.changed for v in vids)
-        attrs = dict(
-            shape=shape, style="bold" if bold else "solid", penwidth="2.5" if bold else "1"
-        )
-        if len(members) == 1 and members[0][1] == prefix:
-            return self._attrs(prefix, self._values_text(vids), **attrs)
-        noun = "inputs" if kind == "in" else "outputs"
-        label = f"{prefix}/…\n{len(members)} {noun}"
-        return self._attrs(label, self._values_text(vids), peripheries="2", **attrs)
-
-    def _collective_attrs(self, cs: list[Collective]) -> dict[str, str]:
-        total: dict[tuple, list[int]] = {}
-        for c in cs:
-            t = total.setdefault((c.kind, c.axes), [0, 0])
-            t[0] += c.count
-            t[1] += c.bytes * c.count
-        lines = []
-        for (kind, axes), (n, nbytes) in list(total.items())[:3]:
-            times = f" ×{n}" if n > 1 else ""
-            lines.append(f"{kind} · {','.join(axes)}\n{format_bytes(nbytes)}{times}")
-        if len(total) > 3:
-            lines.append(f"+{len(total) - 3} more")
-        why = [c.why or f"{c.kind} of {self.p.values[c.value].name}" for c in cs[:TOOLTIP_LINES]]
-        first = cs[0].axes[0] if cs[0].axes else None
-        return self._attrs(
-            "\n".join(lines),
-            "\n".join(why),
-            shape="box",
-            style="rounded,filled",
-            fillcolor="#FFF5CC",
-            color=self.colors.get(first, GREY),
-            penwidth="2",
-            fontsize="8",
-        )
-
-    def _edge_attrs(self, items: list[tuple[int, Sharding]]) -> dict[str, str]:
-        shardings = [s for _, s in items]
-        tiled, partial = style.axes_of(shardings, self.mesh)
-        pending = {a for a, _ in partial}
-        axes = [*tiled, *(a for a in self.mesh.names if a in pending and a not in tiled)]
-        counts = Counter(str(s) for s in shardings).most_common()
-        lines = [text + (f" ×{n}" if n > 1 else "") for text, n in counts[:LABEL_LINES]]
-        if len(counts) > LABEL_LINES:
-            lines.append(f"+{len(counts) - LABEL_LINES} more")
-        changed = any(v in self.changed for v, _ in items)
-        styles = ["dashed"] * bool(partial) + ["bold"] * changed
-        return self._attrs(
-            "\n".join(lines),
-            self._values_text([v for v, _ in items], dict(items)),
-            color=":".join(self.colors[a] for a in axes) or style.REPLICATED,
-            fontcolor=self.colors[axes[0]] if axes else GREY,
-            style=",".join(styles) or "solid",
-            penwidth="3" if changed else "1.2",
-        )
-
-    def _legend(self) -> dict[str, str]:
-        cells = [
-            f'<td><font color="{c}">━━ {a} ({self.mesh.axis_size(a)})</font></td>'
-            for a, c in self.colors.items()
-        ]
-        cells.append(f'<td><font color="{style.REPLICATED}">━━ replicated</font></td>')
-        cells.append("<td>╌╌ pending sum</td>")
-        row = "".join(cells)
-        return dict(
-            label=f'<<table border="0" cellspacing="2"><tr>{row}</tr></table>>', shape="plaintext"
-        )

@@ -149,3 +149,14 @@ def error(what: str, exc: BaseException, *, trace: bool) -> str:
 
 def note(text: str) -> str:
     return f'<span style="{MUTED}">{esc(text)}</span>'
+
+
+def collective_why(collectives, program) -> str:
+    """What a collective node in the graph stands for, and why each is there."""
+    rows = []
+    for c in collectives[:12]:
+        what = f"{c.kind} of {program.values[c.value].name} over {','.join(c.axes)}"
+        rows.append(f"<li><b>{esc(what)}</b> ({esc(format_bytes(c.bytes))}): {esc(c.why)}</li>")
+    more = len(collectives) - 12
+    tail = f"<li>… and {more} more</li>" if more > 0 else ""
+    return f"<p><b>Why these collectives</b></p><ul>{''.join(rows)}{tail}</ul>"

@@ -12,7 +12,6 @@ and the export panel.
 from __future__ import annotations
 
 import json
-import re
 
 import ipywidgets as w
 
@@ -28,11 +27,9 @@ from workbench.viz import (
     device_grid_text,
     estimates_over_schedule,
     memory_breakdown,
-    program_graph,
     schedule_estimates,
     schedule_labels,
     time_breakdown,
-    to_svg,
 )
 from workbench.widgets import render
 from workbench.widgets.anatomy import AnatomyPanel
@@ -44,12 +41,10 @@ from workbench.widgets.controls import (
     button,
     heading,
 )
+from workbench.widgets.graphpanel import GraphPanel
 
 CALIBRATED = "calibrated: the attached devices"
-COLLAPSE = [("auto", "auto"), ("every op", None), ("phases", 0), ("top scopes", 1), ("depth 2", 2)]
-PHASES = ("forward", "backward", "optimizer")
 EXPORTS = ("Python", "plain JAX", "JSON")
-SMALL_PROGRAM = 300  # ops; larger programs open with one box per top-level scope and phase
 
 
 def _display(out: w.Output, fig) -> None:
@@ -62,17 +57,6 @@ def _display(out: w.Output, fig) -> None:
     with out:
         out.clear_output(wait=True)
         display(fig)
-
-
-def _svg(digraph) -> str:
-    """The graph's SVG scaled to the panel's width (its height follows; the panel scrolls)."""
-    svg = to_svg(digraph)
-    svg = svg[svg.index("<svg") :]
-    head, rest = svg.split(">", 1)
-    natural = re.search(r'\swidth="([^"]*)"', head)
-    head = re.sub(r'\s(width|height)="[^"]*"', "", head)
-    cap = f"max-width:{natural.group(1)};" if natural else ""
-    return f'{head} width="100%" style="{cap}height:auto">{rest}'
 
 
 class Workbench(w.VBox):
@@ -117,27 +101,11 @@ class Workbench(w.VBox):
         self.history = HistoryPanel(self)
         self.anatomy = AnatomyPanel(self, self.builder.value.options)
 
-        # the program graph and how it is drawn
-        self.collapse = w.Dropdown(
-            options=COLLAPSE,
-            value="auto" if len(program.ops) <= SMALL_PROGRAM else 1,
-            description="collapse",
-        )
-        self.expand = w.Text(
-            placeholder="scopes to draw op by op: layer0/attn, … (enter)", continuous_update=False
-        )
-        self.phases = {
-            p: w.Checkbox(value=True, description=p, indent=False, layout=w.Layout(width="100px"))
-            for p in PHASES
-        }
-        for control in (self.collapse, self.expand, *self.phases.values()):
-            control.observe(lambda _: self.redraw("draw the graph", self.draw_graph), "value")
-        self.graph = w.HTML(layout=w.Layout(width="100%"))
-        self.graph.add_class("wb-graph")
-        graph_box = w.Box(
-            [self.graph],
-            layout=w.Layout(overflow="auto", max_height="640px", border="1px solid #ddd"),
-        )
+        # the program graph: pan, zoom, fold, click, replay (see graphpanel.py)
+        self.graph_panel = GraphPanel(self)
+        self.graph = self.graph_panel.view
+        self.collapse, self.expand = self.graph_panel.collapse, self.graph_panel.expand
+        self.phases = self.graph_panel.phases
 
         # the simulator
         options = [(h.name, h.name) for h in presets.PRESETS.values()]
@@ -194,15 +162,9 @@ class Workbench(w.VBox):
             [self.strategies.box, self.builder.box, self.auto.box, self.history.box],
             layout=w.Layout(width="440px", flex="0 0 auto"),
         )
-        right = w.VBox(
-            [
-                w.HBox([self.collapse, *self.phases.values()]),
-                self.expand,
-                graph_box,
-            ],
-            layout=w.Layout(flex="1 1 auto", min_width="0"),
-        )
-        sections = w.Tab(
+        left.add_class("wb-left")
+        right = self.graph_panel.box
+        self.sections = sections = w.Tab(
             [
                 self.table,
                 w.VBox([self.inspect_value, self.inspector, self.grid_chart]),
@@ -279,19 +241,15 @@ class Workbench(w.VBox):
             self.run_result.value = render.note("Not run at this step yet.")
 
     def draw_graph(self) -> None:
-        s = self.session
-        expand = [x.strip() for x in self.expand.value.split(",") if x.strip()]
-        phases = [p for p, box in self.phases.items() if box.value]
-        g = program_graph(
-            s.program,
-            s.state,
-            s.mesh,
-            collectives=s.collectives(),
-            collapse=self.collapse.value,
-            expand=expand,
-            phases=phases or PHASES,
-        )
-        self.graph.value = _svg(g)
+        self.graph_panel.draw()
+
+    def inspect(self, name: str) -> None:
+        """Show the value ``name`` in the inspector (its tab opens) and mark it in the graph."""
+        self.sections.selected_index = 1
+        if self.inspect_value.value == name:
+            self.draw_inspector()
+        else:
+            self.inspect_value.value = name  # its observer draws the inspector
 
     def draw_estimate(self) -> None:
         s, hw = self.session, self.hardware
@@ -310,6 +268,7 @@ class Workbench(w.VBox):
 
     def draw_inspector(self) -> None:
         name = self.inspect_value.value.strip()
+        self.graph_panel.select(name)
         if not name:
             self.inspector.value = render.note("Pick a value to see its sharding and provenance.")
             return

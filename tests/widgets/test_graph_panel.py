@@ -1,0 +1,103 @@
+"""The Workbench's graph panel from Python: what the browser's clicks and searches do, and
+the replay it is sent (the Session's own events)."""
+
+import html
+
+import pytest
+
+import workbench as wb
+from workbench.core import hardware as hw
+from workbench.models import build
+from workbench.widgets import Workbench
+
+MESH = {"batch": 2, "model": 4}
+
+
+@pytest.fixture(scope="module")
+def program():
+    ex = build("lm", "tiny")
+    return wb.capture(ex.fn, *ex.args)
+
+
+@pytest.fixture
+def bench(program):
+    return Workbench(
+        program, mesh=MESH, hardware=hw.TPU_V5E, schedule=[wb.BP("batch"), wb.MP("model")]
+    )
+
+
+def send(bench, **message):
+    """What the browser sends when the user clicks or searches."""
+    bench.graph._message(bench.graph, message, [])
+    assert not bench.error.value, bench.error.value
+
+
+def test_opens_folded_by_blocks_on_what_changed(bench):
+    g = bench.graph
+    assert g.svg.startswith("<svg") and "wb-graph" in g._dom_classes
+    assert set(g.folds.values()) >= {"forward/layers", "forward/layer0", "backward", "optimizer"}
+    assert g.focus["ids"] and set(g.focus["ids"]) <= set(bench.graph_panel.picture.changed)
+
+
+def test_clicking_a_value_inspects_it(bench):
+    pic = bench.graph_panel.picture
+    vid, elements = next(iter(pic.value_elements.items()))
+    send(bench, event="click", id=elements[0])
+    name = bench.session.program.values[pic.element_value(elements[0])].name
+    assert bench.inspect_value.value == name and html.escape(name) in bench.inspector.value
+    assert bench.sections.selected_index == 1
+    assert set(bench.graph.selected) >= set(elements) or vid != pic.element_value(elements[0])
+    assert html.escape(name) in bench.graph_panel.why.value
+    op = pic.nodes.drawn[0]  # an op: its first result
+    send(bench, event="click", id=f"op{op}")
+    assert (
+        bench.inspect_value.value
+        == bench.session.program.values[bench.session.program.ops[op].results[0]].name
+    )
+
+
+def test_typing_a_value_marks_it_in_the_graph(bench):
+    pic = bench.graph_panel.picture
+    vid = next(iter(pic.value_elements))
+    bench.inspect_value.value = bench.session.program.values[vid].name
+    assert bench.graph.selected == list(pic.value_elements[vid])
+
+
+def test_a_box_opens_and_its_frame_folds_it(bench):
+    panel = bench.graph_panel
+    box = next(e for e, k in panel.picture.folds.items() if k == "backward")
+    before = bench.graph.svg
+    send(bench, event="click", id=box)
+    assert "backward" in panel.expanded and bench.graph.svg != before
+    assert any(k.startswith("backward/") for k in bench.graph.folds.values())
+    assert bench.graph.focus["keep_zoom"] and bench.graph.focus["ids"]
+    frame = next(e for e, k in panel.picture.folds.items() if k == "forward/layer0")
+    assert frame.startswith("b")  # the opened layer's cluster
+    send(bench, event="click", id=frame)
+    assert "forward/layer0" not in panel.expanded
+    assert "forward/layer0" not in bench.graph.folds.values()
+
+
+def test_a_collective_says_why(bench):
+    node, cs = next(iter(bench.graph_panel.picture.collectives.items()))
+    send(bench, event="click", id=node)
+    assert "Why these collectives" in bench.graph_panel.why.value
+    assert cs[0].kind in bench.graph_panel.why.value
+
+
+def test_search(bench):
+    send(bench, event="search", text="mlp/w_out")
+    assert bench.inspect_value.value.endswith("mlp/w_out")
+    send(bench, event="search", text="no such value")
+    assert "no value named" in bench.graph_panel.why.value
+
+
+def test_the_replay_is_the_sessions_events(bench):
+    s, g = bench.session, bench.graph
+    assert bench.graph_panel.replay_step.value == 2 and "MP" in g.replay_title
+    assert [(f["index"], f["text"]) for f in g.frames] == [(e.index, e.text) for e in s.events()]
+    bench.graph_panel.replay_step.value = 1
+    assert [f["text"] for f in g.frames] == [e.text for e in s.events(1)]
+    assert {f["axis"] for f in g.frames} == {"batch"}
+    bench.history.undo.click()
+    assert bench.graph_panel.replay_step.value == 1 and len(g.frames) == len(s.events(1))

@@ -1,0 +1,209 @@
+"""The DOT attributes of ``program_graph``'s nodes and edges: labels, tooltips, colours,
+and the ids and classes that make the SVG addressable (``wb-op``, ``wb-box``, ``wb-io``,
+``wb-collective``, ``wb-value``). A mixin of the drawing in ``graph.py``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from workbench.core.collectives import Collective
+from workbench.core.explain import report
+from workbench.core.ir.program import Op
+from workbench.core.sharding import Sharding
+from workbench.core.units import format_bytes
+from workbench.viz import style
+
+LABEL_LINES = 2  # distinct shardings written on an edge carrying several values
+TOOLTIP_LINES = 12  # values listed in a tooltip
+GREY = "#7F7F7F"
+
+
+def _esc(text: str) -> str:
+    """Plain text as a DOT string: backslashes kept, newlines as line breaks, never HTML."""
+    text = text.replace("\\", "\\\\").replace("\n", "\\n")
+    return " " + text if text.startswith("<") else text
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _short(op: Op) -> str:
+    """``layer0/mlp/dot_general.1`` -> ``dot_general.1`` (with the primitive if the name hides it)."""
+    short = op.name.rsplit("/", 1)[-1]
+    return short if op.primitive in short else f"{short}\n{op.primitive}"
+
+
+class Attributes:
+    """Attribute builders over the drawing's data (``p``, ``state``, ``mesh``, ``sh``, ...)."""
+
+    # -- attributes ---------------------------------------------------------------------------
+    @staticmethod
+    def _attrs(label: str, tooltip: str, **attrs: str) -> dict[str, str]:
+        return dict(label=_esc(label), tooltip=_esc(tooltip or label), **attrs)
+
+    def _values_text(self, vids: Iterable[int], shardings: dict | None = None) -> str:
+        vids = list(vids)
+        lines = []
+        for v in vids[:TOOLTIP_LINES]:
+            s = self.sh[v] if shardings is None else shardings[v]
+            lines.append(f"{self.p.values[v].name}: {s}")
+            lines += self._why(v, s)
+        if len(vids) > TOOLTIP_LINES:
+            lines.append(f"... and {len(vids) - TOOLTIP_LINES} more")
+        return "\n".join(lines)
+
+    def _why(self, v: int, s: Sharding) -> list[str]:
+        lines = []
+        for axis in (*s.tiled_axes, *s.partial_axes):
+            p = self.state.provenance.get((v, axis))
+            if p is None:
+                continue
+            sched = self.state.schedule
+            tactic = sched[p.tactic] if p.tactic < len(sched) else f"tactic #{p.tactic}"
+            via = "selected" if p.op is None else f"via {self.p.ops[p.op].name}"
+            lines.append(f"  {axis}: {tactic}, {via}")
+        return lines
+
+    def _conflict_text(self, node: str) -> tuple[str, str]:
+        found = self.conflicts.get(node, [])
+        axes = ",".join(dict.fromkeys(c.axis for c in found))
+        reports = "\n".join(str(report(self.p, self.state, c)) for c in found[:5])
+        return axes, reports
+
+    def _op_attrs(self, op: Op, shape: str = "box") -> dict[str, str]:
+        label = _short(op)
+        tip = [f"{op.name} ({op.primitive})", op.source, self._values_text(op.results)]
+        attrs = dict(shape=shape, style="rounded", **{"class": "wb-op"})
+        axes, reports = self._conflict_text(f"op{op.id}")
+        if reports:
+            label += f"\nconflict on {axes}"
+            tip.append(reports)
+            attrs.update(
+                color=style.CONFLICT,
+                penwidth="3",
+                style="rounded,filled,bold",
+                fillcolor=style.CONFLICT_FILL,
+            )
+        elif any(r in self.changed for r in op.results):
+            attrs.update(penwidth="2.5", style="rounded,bold")
+        return self._attrs(label, "\n".join(t for t in tip if t), **attrs)
+
+    def _crossing(self, vids: set[int]) -> str:
+        """``3 batch, 1 batch{sum: model}, 2 replicated``: the layouts of values crossing a box."""
+        kinds = Counter()
+        for v in vids:
+            tiled, partial = style.axes_of((self.sh[v],), self.mesh)
+            kinds[(",".join(tiled) or "replicated") + style.reductions_text(partial)] += 1
+        ranked = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))
+        parts = [f"{n} {kind}" for kind, n in ranked[:3]]
+        return ", ".join(parts) + (", …" if len(kinds) > 3 else "")
+
+    def _group_attrs(self, group) -> dict[str, str]:
+        ops = self.p.ops
+        if len(group.roots) == 1 and not group.key:
+            head = f"{ops[group.roots[0]].name} ({ops[group.roots[0]].primitive})"
+        else:
+            head = "/".join(group.scope) or "(top level)"
+        counts = [_plural(len(group.ops), "op")]
+        if self.inside[group.node]:
+            counts.append(_plural(self.inside[group.node], "collective"))
+        n_changed = sum(r in self.changed for o in group.ops for r in ops[o].results)
+        if n_changed:
+            counts.append(f"{n_changed} changed")
+        axes, reports = self._conflict_text(group.node)
+        if reports:
+            counts.append(f"conflict on {axes}")
+        title = head if head == group.phase else f"{head} · {group.phase}"
+        lines = [title, " · ".join(counts)]
+        if self.cross_in[group.node]:
+            lines.append("in: " + self._crossing(self.cross_in[group.node]))
+        if self.cross_out[group.node]:
+            lines.append("out: " + self._crossing(self.cross_out[group.node]))
+        prims = Counter(ops[o].primitive for o in group.ops).most_common(10)
+        tip = ", ".join(f"{p} ×{n}" for p, n in prims) + ("\n" + reports if reports else "")
+        attrs = dict(shape="box3d", style="filled", fillcolor="#F4F4F4", **{"class": "wb-box"})
+        if group.key:
+            lines[0] += "  ▾"
+        if reports:
+            attrs.update(color=style.CONFLICT, penwidth="3", fillcolor=style.CONFLICT_FILL)
+        elif n_changed:
+            attrs.update(penwidth="2.5", style="filled,bold")
+        return self._attrs("\n".join(lines), f"{head}\n{tip}", **attrs)
+
+    def _io_attrs(self, kind: str, prefix: str, members: list) -> dict[str, str]:
+        shape = "parallelogram" if kind == "in" else "ellipse"
+        vids = [k if kind == "in" else self.p.outputs[k] for k, _ in members]
+        bold = any(v in self.changed for v in vids)
+        attrs = dict(
+            shape=shape,
+            style="bold" if bold else "solid",
+            penwidth="2.5" if bold else "1",
+            **{"class": "wb-io"},
+        )
+        if len(members) == 1 and members[0][1] == prefix:
+            return self._attrs(prefix, self._values_text(vids), **attrs)
+        noun = "inputs" if kind == "in" else "outputs"
+        label = f"{prefix}/…\n{len(members)} {noun}"
+        return self._attrs(label, self._values_text(vids), peripheries="2", **attrs)
+
+    def _collective_attrs(self, cs: list[Collective]) -> dict[str, str]:
+        total: dict[tuple, list[int]] = {}
+        for c in cs:
+            t = total.setdefault((c.kind, c.axes), [0, 0])
+            t[0] += c.count
+            t[1] += c.bytes * c.count
+        lines = []
+        for (kind, axes), (n, nbytes) in list(total.items())[:3]:
+            times = f" ×{n}" if n > 1 else ""
+            lines.append(f"{kind} · {','.join(axes)}\n{format_bytes(nbytes)}{times}")
+        if len(total) > 3:
+            lines.append(f"+{len(total) - 3} more")
+        why = [c.why or f"{c.kind} of {self.p.values[c.value].name}" for c in cs[:TOOLTIP_LINES]]
+        first = cs[0].axes[0] if cs[0].axes else None
+        return self._attrs(
+            "\n".join(lines),
+            "\n".join(why),
+            shape="box",
+            style="rounded,filled",
+            fillcolor="#FFF5CC",
+            color=self.colors.get(first, GREY),
+            penwidth="2",
+            fontsize="8",
+            **{"class": "wb-collective"},
+        )
+
+    def _edge_attrs(self, items: list[tuple[int, Sharding]]) -> dict[str, str]:
+        shardings = [s for _, s in items]
+        tiled, partial = style.axes_of(shardings, self.mesh)
+        pending = {a for a, _ in partial}
+        axes = [*tiled, *(a for a in self.mesh.names if a in pending and a not in tiled)]
+        counts = Counter(str(s) for s in shardings).most_common()
+        lines = [text + (f" ×{n}" if n > 1 else "") for text, n in counts[:LABEL_LINES]]
+        if len(counts) > LABEL_LINES:
+            lines.append(f"+{len(counts) - LABEL_LINES} more")
+        changed = any(v in self.changed for v, _ in items)
+        styles = ["dashed"] * bool(partial) + ["bold"] * changed
+        return self._attrs(
+            "\n".join(lines),
+            self._values_text([v for v, _ in items], dict(items)),
+            color=":".join(self.colors[a] for a in axes) or style.REPLICATED,
+            fontcolor=self.colors[axes[0]] if axes else GREY,
+            style=",".join(styles) or "solid",
+            penwidth="3" if changed else "1.2",
+            **{"class": "wb-value"},
+        )
+
+    def _legend(self) -> dict[str, str]:
+        cells = [
+            f'<td><font color="{c}">━━ {a} ({self.mesh.axis_size(a)})</font></td>'
+            for a, c in self.colors.items()
+        ]
+        cells.append(f'<td><font color="{style.REPLICATED}">━━ replicated</font></td>')
+        cells.append("<td>╌╌ pending sum</td>")
+        row = "".join(cells)
+        return dict(
+            label=f'<<table border="0" cellspacing="2"><tr>{row}</tr></table>>', shape="plaintext"
+        )

@@ -1,0 +1,159 @@
+"""Watching propagation: a tactic's events as frames over a drawn graph, and a filmstrip.
+
+``replay_frames(picture, program, events, mesh)`` says, per event of ``Session.events``,
+which SVG elements it lights (the edges carrying the value, or the box holding it; the
+node of the op it flowed over) and in which colour (its axis's; red for a conflict). The
+notebook panel plays them; ``filmstrip`` draws a few of them side by side, as a static
+picture for docs and the course.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from workbench.core.errors import UnknownValueError
+from workbench.core.explain import Event
+from workbench.core.ir.program import Program
+from workbench.core.mesh import Mesh
+from workbench.viz import style
+from workbench.viz.graph import Picture
+
+NEW = 4.5  # stroke width of what the current event lit
+LIT = 3.0  # stroke width of what earlier events lit
+
+
+def value_elements(picture: Picture, program: Program, vid: int) -> tuple[str, ...]:
+    """The elements showing value ``vid``: its edges, else the node or box making it."""
+    if vid in picture.value_elements:
+        return picture.value_elements[vid]
+    producer = program.values[vid].producer
+    node = None if producer is None else picture.op_element.get(producer)
+    return (node,) if node else ()
+
+
+def find_value(program: Program, text: str, *, exact: bool = False) -> int | None:
+    """The value named ``text``; else (unless ``exact``) the first whose name holds it."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return program.value(text).id
+    except UnknownValueError:
+        if exact:
+            return None
+    low = text.lower()
+    return next((v.id for v in program.values if low in v.name.lower()), None)
+
+
+def replay_frames(
+    picture: Picture, program: Program, events: Sequence[Event], mesh: Mesh
+) -> list[dict]:
+    """Per event (in order): ``index``, ``kind``, ``axis``, ``color``, ``text``, the
+    ``value`` name, the elements it lights (``values``: the value's; ``op``: the op's node
+    or None) and whether it is a ``conflict``."""
+    colors = style.axis_colors(mesh)
+    frames = []
+    for e in events:
+        lit = () if e.value_id is None else value_elements(picture, program, e.value_id)
+        op = None if e.op_id is None else picture.op_element.get(e.op_id)
+        conflict = e.kind == "conflict"
+        frames.append(
+            dict(
+                index=e.index,
+                kind=e.kind,
+                axis=e.axis,
+                color=style.CONFLICT if conflict else colors.get(e.axis, style.REPLICATED),
+                text=e.text,
+                value=e.value,
+                values=list(lit),
+                op=op,
+                conflict=conflict,
+            )
+        )
+    return frames
+
+
+def cut_points(n_events: int, frames: int) -> list[int]:
+    """``frames`` event counts spread over ``1..n_events`` (the last one included)."""
+    if n_events == 0:
+        return [0]
+    frames = max(1, min(frames, n_events))
+    return sorted({max(1, round(n_events * (j + 1) / frames)) for j in range(frames)})
+
+
+def _frame_css(prefix: str, frames: Sequence[dict], upto: int) -> str:
+    """CSS lighting what events ``1..upto`` reached (the last one thicker)."""
+    color: dict[str, tuple[str, float]] = {}
+    for f in frames[:upto]:
+        for el in (*f["values"], f["op"]):
+            if el:
+                color[el] = (f["color"], LIT)
+    if upto:
+        last = frames[upto - 1]
+        for el in (*last["values"], last["op"]):
+            if el:
+                color[el] = (last["color"], NEW)
+    rules = [
+        f"#{prefix}{el} path, #{prefix}{el} polygon, #{prefix}{el} ellipse "
+        f"{{stroke: {c} !important; stroke-width: {w}px !important}}"
+        for el, (c, w) in color.items()
+    ]
+    return "\n".join(rules)
+
+
+def filmstrip(
+    svg: str,
+    frames: Sequence[dict],
+    *,
+    count: int = 6,
+    columns: int = 3,
+    title: str = "",
+    width: float = 420.0,
+) -> str:
+    """``count`` frames of a replay side by side, as one SVG: each a copy of ``svg`` (a
+    `Picture` rendered with ``to_svg``) with what the events so far reached drawn in their
+    axis colours, the newest thicker, under a caption saying which event it is."""
+    svg = svg[svg.index("<svg") :]
+    view = re.search(r'viewBox="([^"]+)"', svg)
+    _, _, w, h = (float(x) for x in view.group(1).split())
+    body = svg[svg.index(">") + 1 : svg.rindex("</svg>")]
+    scale = width / w
+    cell_h = h * scale + 34
+    cuts = cut_points(len(frames), count)
+    rows = -(-len(cuts) // columns)
+    parts = []
+    top = 28 if title else 0
+    for j, k in enumerate(cuts):
+        prefix = f"f{j}-"
+        x, y = (j % columns) * (width + 16), top + (j // columns) * (cell_h + 12)
+        framed = re.sub(r'\bid="([^"]+)"', lambda m, p=prefix: f'id="{p}{m[1]}"', body)
+        caption = "before the tactic" if k == 0 else f"event {k} of {len(frames)}"
+        text = frames[k - 1]["text"] if k else ""
+        parts.append(
+            f'<g transform="translate({x:.1f},{y:.1f})">'
+            f'<text x="0" y="13" font-family="Helvetica" font-size="13" font-weight="bold">'
+            f"{_xml(caption)}</text>"
+            f'<text x="0" y="28" font-family="Helvetica" font-size="10" fill="#444">'
+            f"{_xml(text[:90])}</text>"
+            f'<svg x="0" y="34" width="{width:.1f}" height="{h * scale:.1f}" '
+            f'viewBox="{view.group(1)}">'
+            f"<style>{_frame_css(prefix, frames, k)}</style>{framed}</svg></g>"
+        )
+    total_w = columns * width + (columns - 1) * 16
+    total_h = top + rows * (cell_h + 12)
+    head = (
+        f'<text x="0" y="18" font-family="Helvetica" font-size="15" font-weight="bold">'
+        f"{_xml(title)}</text>"
+        if title
+        else ""
+    )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" '
+        f'width="{total_w:.0f}" height="{total_h:.0f}" viewBox="0 0 {total_w:.0f} {total_h:.0f}">'
+        f'<rect width="100%" height="100%" fill="white"/>{head}{"".join(parts)}</svg>'
+    )
+
+
+def _xml(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

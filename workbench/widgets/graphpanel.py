@@ -1,0 +1,158 @@
+"""``GraphPanel``: the Workbench's program graph, its fold state and its replay.
+
+It draws ``viz.graph_picture`` into a `GraphView` and answers the view's messages: a
+click on a folded box opens it and a click on an opened block's frame folds it back; a
+click on a value (an edge, an op, an input) inspects it; a click on a collective shows
+why it is there; a search selects a value by name. The replay plays
+``Session.events(step)`` as ``viz.replay_frames`` over the drawing.
+"""
+
+from __future__ import annotations
+
+import ipywidgets as w
+
+from workbench.viz import find_value, graph_picture, replay_frames, to_svg, value_elements
+from workbench.viz.blocks import default_expand
+from workbench.widgets import render
+from workbench.widgets.graphview import GraphView
+
+COLLAPSE = [
+    ("blocks", "blocks"),
+    ("scopes, auto", "auto"),
+    ("every op", None),
+    ("phases", 0),
+    ("top scopes", 1),
+    ("depth 2", 2),
+]
+PHASES = ("forward", "backward", "optimizer")
+
+
+class GraphPanel:
+    """The graph, how it is folded, and the replay of a step's propagation."""
+
+    def __init__(self, bench):
+        self.bench = bench
+        program = bench.session.program
+        self.expanded: set[str] = set(default_expand(program))
+        self.picture = None
+        self.collapse = w.Dropdown(options=COLLAPSE, value="blocks", description="fold by")
+        self.expand = w.Text(
+            placeholder="scopes to draw op by op: layer0/attn, … (enter)",
+            continuous_update=False,
+            layout=w.Layout(display="none"),
+        )
+        self.phases = {
+            p: w.Checkbox(value=True, description=p, indent=False, layout=w.Layout(width="100px"))
+            for p in PHASES
+        }
+        for control in (self.collapse, self.expand, *self.phases.values()):
+            control.observe(lambda _: bench.redraw("draw the graph", self.draw), "value")
+        self.replay_step = w.Dropdown(description="replay", layout=w.Layout(width="320px"))
+        self.replay_step.observe(lambda _: bench.redraw("replay", self.replay), "value")
+        self.view = GraphView()
+        self.view.add_class("wb-graph")
+        self.view.on("click", lambda m: bench.redraw("click the graph", lambda: self.click(m)))
+        self.view.on("search", lambda m: bench.redraw("find", lambda: self.search(m["text"])))
+        self.why = w.HTML()
+        self.why.add_class("wb-graph-why")
+        self.box = w.VBox(
+            [
+                w.HBox([self.collapse, *self.phases.values()]),
+                self.expand,
+                self.view,
+                self.replay_step,
+                self.why,
+            ],
+            layout=w.Layout(flex="1 1 auto", min_width="0"),
+        )
+
+    # -- drawing -----------------------------------------------------------------------------
+    def draw(self, focus=None) -> None:
+        s = self.bench.session
+        blocks = self.collapse.value == "blocks"
+        self.expand.layout.display = "none" if blocks else ""
+        phases = [p for p, box in self.phases.items() if box.value] or PHASES
+        if blocks:
+            expand = sorted(self.expanded)
+        else:
+            expand = [x.strip() for x in self.expand.value.split(",") if x.strip()]
+        self.picture = pic = graph_picture(
+            s.program,
+            s.state,
+            s.mesh,
+            collectives=s.collectives(),
+            collapse=self.collapse.value,
+            expand=expand,
+            phases=phases,
+        )
+        svg = to_svg(pic.digraph)
+        self.view.folds = dict(pic.folds)
+        self.view.svg = svg[svg.index("<svg") :]
+        self.view.show(focus if focus is not None else _first_changed(pic))
+        self.select(self.bench.inspect_value.value.strip())
+        steps = [(f"step {i}: {t}", i) for i, t in enumerate(s.history, 1)][: s.step]
+        current = s.step if s.step else None
+        self.replay_step.options = steps
+        self.replay_step.value = current
+        self.replay()
+
+    def replay(self) -> None:
+        s, step = self.bench.session, self.replay_step.value
+        if self.picture is None or not step:
+            self.view.frames, self.view.replay_title = [], ""
+            return
+        events = s.events(step)
+        self.view.replay_title = f"step {step}: {s.history[step - 1]}"
+        self.view.frames = replay_frames(self.picture, s.program, events, s.mesh)
+
+    def select(self, name: str) -> None:
+        """Mark the value ``name`` in the graph (nothing if it is not a value)."""
+        program = self.bench.session.program
+        vid = find_value(program, name, exact=True) if name else None
+        ids = () if vid is None else value_elements(self.picture, program, vid)
+        self.view.selected = list(ids)
+
+    # -- what the view says ----------------------------------------------------------------------
+    def click(self, message: dict) -> None:
+        pic, eid = self.picture, message.get("id", "")
+        program = self.bench.session.program
+        if eid in pic.folds:
+            key = pic.folds[eid]
+            opened = eid in pic.nodes.groups  # a folded box: open it; a frame: fold it
+            (self.expanded.add if opened else self.expanded.discard)(key)
+            self.draw(focus=[])
+            inside = (key, key + "/", key.removesuffix("s"))  # "forward/layers" -> its layers
+            again = [e for e, k in self.picture.folds.items() if k.startswith(inside)]
+            self.view.show(again, keep_zoom=True)
+            return
+        if eid in pic.collectives:
+            self.why.value = render.collective_why(pic.collectives[eid], program)
+            return
+        vid = pic.element_value(eid)
+        if vid is not None:
+            self.inspect(vid)
+
+    def inspect(self, vid: int) -> None:
+        s = self.bench.session
+        name = s.program.values[vid].name
+        self.bench.inspect(name)
+        self.why.value = (
+            f"<b><code>{render.esc(name)}</code></b>: <code>{render.esc(s.sharding(name))}</code>"
+            " · more in the “Inspect a value” tab below"
+        )
+
+    def search(self, text: str) -> None:
+        program = self.bench.session.program
+        vid = find_value(program, text.strip())
+        if vid is None:
+            self.why.value = render.note(f"no value named like {text.strip()!r}")
+            return
+        self.inspect(vid)
+        self.view.show(value_elements(self.picture, program, vid))
+
+
+def _first_changed(picture) -> list[str]:
+    """What the last step changed, ops and values drawn one by one first (the view opens on
+    the first when all of it does not fit)."""
+    rank = {"e": 0, "o": 1}
+    return sorted(picture.changed, key=lambda e: rank.get(e[0], 2))

@@ -1,0 +1,354 @@
+// The program graph panel: pan and zoom (svg-pan-zoom, shipped in vendor/), hover tips,
+// clicks sent to Python, search, and the replay of a tactic's propagation, event by event.
+// Python sends the SVG, the elements to open on, the selected value's elements and the
+// replay's frames; everything here is display: no decision is taken in the browser.
+
+const READABLE = 4 / 3; // CSS px per SVG point: graphviz's 10 pt labels at 13 px, 8 pt at 11 px
+const PAN_STEP = 80; // px per arrow key
+const TICK_MS = 120; // replay: one tick of play
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function button(label, cls, title, onClick) {
+  const b = el("button", `wb-gv-button ${cls}`, label);
+  b.type = "button";
+  b.title = title;
+  b.setAttribute("aria-label", title);
+  b.addEventListener("click", (ev) => { ev.stopPropagation(); onClick(); });
+  return b;
+}
+
+function render({ model, el: root }) {
+  root.classList.add("wb-graphview");
+  const bar = el("div", "wb-gv-bar");
+  const stage = el("div", "wb-gv-stage");
+  stage.tabIndex = 0;
+  stage.setAttribute("role", "application");
+  stage.setAttribute("aria-label",
+    "program graph: drag or arrow keys to pan, wheel or + and - to zoom, 0 to fit, 1 for readable size; click a value to inspect it, a box to open it");
+  const tip = el("div", "wb-gv-tip");
+  tip.setAttribute("role", "tooltip");
+  stage.appendChild(tip);
+  const replay = el("div", "wb-replay");
+  root.append(bar, stage, replay);
+
+  let pz = null; // the svg-pan-zoom instance
+  let svg = null;
+
+  // -- zoom ---------------------------------------------------------------------------------
+  const base = () => pz.getSizes().realZoom / pz.getZoom(); // real zoom at zoom 1
+  const realZoom = () => (pz ? pz.getSizes().realZoom : 1);
+  const report = () => {
+    root.dataset.zoom = realZoom().toFixed(4);
+    zoomText.textContent = `${Math.round((100 * realZoom()) / READABLE)}%`;
+  };
+  const zoomBy = (f) => { if (pz) { pz.zoomBy(f); report(); } };
+  const readable = () => { if (pz) { pz.zoom(READABLE / base()); report(); } };
+
+  function center(ids, keepZoom) {
+    // open on the elements ``ids`` at a readable scale (the top of the graph if none)
+    if (!pz) return;
+    if (!keepZoom) pz.zoom(READABLE / base());
+    const found = ids.map((id) => byId(id)).filter(Boolean);
+    const stageBox = stage.getBoundingClientRect();
+    let box;
+    if (found.length) {
+      box = union(found.map((e) => e.getBoundingClientRect()));
+    } else {
+      const all = svg.querySelector("g.graph") || svg;
+      const r = all.getBoundingClientRect();
+      box = { left: r.left, right: r.right, top: r.top, bottom: r.top + 1 };
+    }
+    if (found.length > 1 && (box.right - box.left > stageBox.width || box.bottom - box.top > stageBox.height)) {
+      box = found[0].getBoundingClientRect(); // too big to show whole: open on its first part
+    }
+    const width = box.right - box.left, height = box.bottom - box.top;
+    const targetX = width < stageBox.width ? stageBox.left + stageBox.width / 2 - width / 2 : stageBox.left + 16;
+    const targetY = height < stageBox.height - 32 ? stageBox.top + stageBox.height / 2 - height / 2 : stageBox.top + 16;
+    pz.panBy({ x: targetX - box.left, y: targetY - box.top });
+    report();
+  }
+
+  function union(rects) {
+    const box = { left: Infinity, top: Infinity, right: -Infinity, bottom: -Infinity };
+    for (const r of rects) {
+      if (!r.width && !r.height) continue;
+      box.left = Math.min(box.left, r.left); box.top = Math.min(box.top, r.top);
+      box.right = Math.max(box.right, r.right); box.bottom = Math.max(box.bottom, r.bottom);
+    }
+    if (!isFinite(box.left)) return rects[0];
+    // a region wider or taller than the panel: open on its first part
+    return box;
+  }
+
+  const byId = (id) => (svg && id ? svg.querySelector(`[id="${CSS.escape(id)}"]`) : null);
+
+  // -- the toolbar --------------------------------------------------------------------------
+  const zoomText = el("span", "wb-gv-zoom", "100%");
+  const search = el("input", "wb-graph-search");
+  search.type = "search";
+  search.placeholder = "find a value by name (enter)";
+  search.setAttribute("aria-label", "find a value by name");
+  search.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter") model.send({ event: "search", text: search.value });
+  });
+  bar.append(
+    button("−", "wb-zoom-out", "zoom out (-)", () => zoomBy(1 / 1.25)),
+    button("+", "wb-zoom-in", "zoom in (+)", () => zoomBy(1.25)),
+    button("fit", "wb-fit", "fit the whole graph (0)", () => { pz && (pz.fit(), pz.center(), report()); }),
+    button("1:1", "wb-readable", "readable size, on what the last step changed (1)", () => center(model.get("focus").ids || [], false)),
+    zoomText,
+    button("⤢", "wb-full-width", "full width (f)", () => {
+      const wb = root.closest(".wb-workbench") || root;
+      wb.classList.toggle("wb-graph-full");
+      setTimeout(() => { pz && (pz.resize(), report()); }, 50);
+    }),
+    search,
+  );
+
+  // -- hover, click, keyboard ---------------------------------------------------------------
+  const target = (node) => node && node.closest && node.closest("g.node, g.edge, g.cluster");
+  let down = null;
+  stage.addEventListener("mousedown", (ev) => { down = [ev.clientX, ev.clientY]; });
+  stage.addEventListener("click", (ev) => {
+    const moved = down && Math.hypot(ev.clientX - down[0], ev.clientY - down[1]) > 4;
+    down = null;
+    if (moved) return;
+    const t = target(ev.target);
+    if (t && t.id) model.send({ event: "click", id: t.id });
+    stage.focus({ preventScroll: true });
+  });
+  stage.addEventListener("mouseover", (ev) => {
+    const t = target(ev.target);
+    const text = t && (t.dataset.tip || "");
+    if (!text) { tip.style.display = "none"; return; }
+    tip.textContent = text;
+    tip.style.display = "block";
+  });
+  stage.addEventListener("mousemove", (ev) => {
+    if (tip.style.display !== "block") return;
+    const r = stage.getBoundingClientRect();
+    const x = Math.min(ev.clientX - r.left + 14, r.width - tip.offsetWidth - 4);
+    tip.style.left = `${Math.max(0, x)}px`;
+    tip.style.top = `${ev.clientY - r.top + 14}px`;
+  });
+  stage.addEventListener("mouseleave", () => { tip.style.display = "none"; });
+  stage.addEventListener("keydown", (ev) => {
+    const keys = {
+      "+": () => zoomBy(1.25), "=": () => zoomBy(1.25), "-": () => zoomBy(1 / 1.25),
+      "0": () => { pz.fit(); pz.center(); report(); }, "1": () => center(model.get("focus").ids || [], false),
+      ArrowLeft: () => pz.panBy({ x: PAN_STEP, y: 0 }), ArrowRight: () => pz.panBy({ x: -PAN_STEP, y: 0 }),
+      ArrowUp: () => pz.panBy({ x: 0, y: PAN_STEP }), ArrowDown: () => pz.panBy({ x: 0, y: -PAN_STEP }),
+      " ": () => togglePlay(), ",": () => go(step - 1), ".": () => go(step + 1),
+      f: () => bar.querySelector(".wb-full-width").click(),
+    };
+    if (pz && keys[ev.key]) { ev.preventDefault(); keys[ev.key](); }
+  });
+
+  // -- drawing ------------------------------------------------------------------------------
+  function draw() {
+    if (pz) { pz.destroy(); pz = null; }
+    if (svg) svg.remove();
+    const holder = document.createElement("div");
+    holder.innerHTML = model.get("svg");
+    svg = holder.querySelector("svg");
+    if (!svg) return;
+    svg.removeAttribute("width");
+    svg.removeAttribute("height");
+    svg.style.width = "100%";
+    svg.style.height = "100%";
+    // the tooltips graphviz wrote as link titles: shown at once, by the panel
+    for (const a of svg.querySelectorAll("a")) {
+      const title = a.getAttribute("xlink:title") || a.getAttribute("title");
+      const owner = target(a);
+      if (title && owner && !owner.dataset.tip) owner.dataset.tip = title;
+      a.removeAttribute("xlink:title");
+      a.removeAttributeNS("http://www.w3.org/1999/xlink", "title");
+    }
+    for (const t of svg.querySelectorAll("title")) t.remove();
+    const folds = model.get("folds") || {};
+    for (const id of Object.keys(folds)) byId(id)?.classList.add("wb-foldable");
+    stage.insertBefore(svg, tip);
+    start();
+  }
+
+  function start() {
+    // svg-pan-zoom measures the panel: wait until it is on the page with a size
+    if (pz || !svg || !stage.isConnected || stage.clientWidth === 0 || stage.clientHeight === 0) return;
+    pz = svgPanZoom(svg, {
+      zoomEnabled: true, panEnabled: true, controlIconsEnabled: false, fit: false, center: false,
+      minZoom: 0.01, maxZoom: 50, zoomScaleSensitivity: 0.25, dblClickZoomEnabled: false,
+      onZoom: () => report(),
+    });
+    // zoom limits relative to a readable size: from a thumbnail to eight times readable
+    pz.setMinZoom(0.02 / base());
+    pz.setMaxZoom((8 * READABLE) / base());
+    center(model.get("focus").ids || [], false);
+    select();
+    resetReplay();
+  }
+
+  function select() {
+    if (!svg) return;
+    for (const e of svg.querySelectorAll(".wb-selected")) e.classList.remove("wb-selected");
+    for (const id of model.get("selected") || []) byId(id)?.classList.add("wb-selected");
+  }
+
+  // -- the replay ---------------------------------------------------------------------------
+  let frames = [], step = 0, timer = null;
+  let firstLit = new Map(), valueCount = new Map(), conflictsUpTo = [];
+  const rbar = el("div", "wb-replay-bar");
+  const playButton = button("play", "wb-replay-play", "play / pause (space)", () => togglePlay());
+  const slider = el("input", "wb-replay-slider");
+  slider.type = "range"; slider.min = "0"; slider.value = "0";
+  slider.setAttribute("aria-label", "propagation event");
+  slider.addEventListener("input", () => go(Number(slider.value)));
+  const count = el("span", "wb-replay-count");
+  const text = el("div", "wb-replay-text");
+  const title = el("span", "wb-replay-title");
+  rbar.append(
+    title,
+    button("|◀", "wb-replay-start", "before the first event", () => go(0)),
+    button("◀", "wb-replay-back", "one event back (,)", () => go(step - 1)),
+    playButton,
+    button("▶", "wb-replay-forward", "one event forward (.)", () => go(step + 1)),
+    button("▶▶|", "wb-replay-end", "after the last event", () => go(frames.length)),
+    slider, count,
+  );
+  replay.append(rbar, text);
+
+  const lights = (f) => (f ? [...f.values, ...(f.op ? [f.op] : [])] : []);
+
+  function resetReplay() {
+    stop();
+    frames = model.get("frames") || [];
+    title.textContent = model.get("replay_title") || "";
+    slider.max = String(frames.length);
+    firstLit = new Map(); conflictsUpTo = [0];
+    frames.forEach((f, i) => {
+      for (const id of lights(f)) if (!firstLit.has(id)) firstLit.set(id, i + 1);
+      conflictsUpTo.push(conflictsUpTo[i] + (f.conflict ? 1 : 0));
+    });
+    replay.style.display = frames.length ? "" : "none";
+    step = frames.length; // the tactic's end state, as drawn
+    paint(true);
+  }
+
+  function paint(all) {
+    if (!svg) return;
+    const replaying = step < frames.length;
+    stage.classList.toggle("wb-replaying", replaying || timer !== null);
+    if (all) {
+      for (const e of svg.querySelectorAll(".wb-lit, .wb-current")) e.classList.remove("wb-lit", "wb-current");
+      valueCount = new Map();
+      for (let i = 0; i < step; i++) light(frames[i], i);
+    }
+    for (const e of svg.querySelectorAll(".wb-current")) e.classList.remove("wb-current");
+    const f = frames[step - 1];
+    for (const id of lights(f)) byId(id)?.classList.add("wb-current");
+    badge(f);
+    slider.value = String(step);
+    root.dataset.replayStep = String(step);
+    const changed = [...valueCount.values()].filter((n) => n > 0).length;
+    const conflicts = conflictsUpTo[step] || 0;
+    count.textContent = `event ${step} of ${frames.length} · ${changed} value${changed === 1 ? "" : "s"} changed`
+      + (conflicts ? ` · ${conflicts} conflict${conflicts === 1 ? "" : "s"}` : "");
+    text.textContent = f ? `${f.index}. ${f.text}` : (frames.length ? "before the tactic: press ▶ or step forward" : "");
+    text.style.color = f && f.conflict ? "#C00000" : "";
+    if (f && !all) follow(lights(f));
+  }
+
+  function badge(f) {
+    // the current event's number, by the first element it lit
+    svg.querySelector(".wb-replay-badge")?.remove();
+    const e = f && lights(f).map(byId).find(Boolean);
+    if (!e) return;
+    const b = e.getBBox();
+    const ns = "http://www.w3.org/2000/svg";
+    const g = document.createElementNS(ns, "g");
+    g.setAttribute("class", "wb-replay-badge");
+    const label = String(f.index);
+    const w = 10 + 7 * label.length;
+    const rect = document.createElementNS(ns, "rect");
+    Object.entries({ x: b.x + b.width / 2 - w / 2, y: b.y - 18, width: w, height: 16, rx: 8, fill: f.color })
+      .forEach(([k, v]) => rect.setAttribute(k, v));
+    const t = document.createElementNS(ns, "text");
+    Object.entries({ x: b.x + b.width / 2, y: b.y - 6, "text-anchor": "middle", fill: "white",
+      "font-size": "11", "font-family": "Helvetica,sans-serif", "font-weight": "bold" })
+      .forEach(([k, v]) => t.setAttribute(k, v));
+    t.textContent = label;
+    g.append(rect, t);
+    e.parentNode.appendChild(g);
+  }
+
+  function light(f, i) {
+    for (const id of lights(f)) {
+      const e = byId(id);
+      if (!e) continue;
+      e.classList.add("wb-lit");
+      e.style.setProperty("--wb-lit", f.color);
+    }
+    if (f.value) valueCount.set(f.value, (valueCount.get(f.value) || 0) + 1);
+  }
+
+  function unlight(f, i) {
+    for (const id of lights(f)) {
+      if (firstLit.get(id) === i + 1) byId(id)?.classList.remove("wb-lit");
+    }
+    if (f.value) valueCount.set(f.value, (valueCount.get(f.value) || 1) - 1);
+  }
+
+  function go(k) {
+    k = Math.max(0, Math.min(frames.length, k));
+    if (Math.abs(k - step) > 64) { step = k; paint(true); return; }
+    while (step < k) { light(frames[step], step); step++; }
+    while (step > k) { step--; unlight(frames[step], step); }
+    paint(false);
+  }
+
+  function follow(ids) {
+    // keep the current event in view when stepping by hand
+    if (timer !== null) return;
+    const found = ids.map(byId).filter(Boolean);
+    if (!found.length) return;
+    const r = found[0].getBoundingClientRect(), s = stage.getBoundingClientRect();
+    if (r.right < s.left || r.left > s.right || r.bottom < s.top || r.top > s.bottom) {
+      pz.panBy({ x: s.left + s.width / 2 - (r.left + r.width / 2), y: s.top + s.height / 2 - (r.top + r.height / 2) });
+    }
+  }
+
+  function stop() {
+    if (timer !== null) { clearInterval(timer); timer = null; }
+    playButton.textContent = "play";
+  }
+
+  function togglePlay() {
+    if (timer !== null) { stop(); paint(false); return; }
+    if (step >= frames.length) go(0);
+    const stride = Math.max(1, Math.ceil(frames.length / 250));
+    playButton.textContent = "pause";
+    timer = setInterval(() => {
+      if (step >= frames.length) { stop(); paint(false); return; }
+      go(step + stride);
+    }, TICK_MS);
+    paint(false);
+  }
+
+  model.on("change:svg", draw);
+  model.on("change:focus", () => pz && center(model.get("focus").ids || [], model.get("focus").keep_zoom));
+  model.on("change:selected", select);
+  model.on("change:frames", resetReplay);
+  const resize = new ResizeObserver(() => {
+    if (pz) { pz.resize(); report(); } else start();
+  });
+  resize.observe(stage);
+  draw();
+  return () => { stop(); resize.disconnect(); if (pz) pz.destroy(); };
+}
+
+export default { render };
