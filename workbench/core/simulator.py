@@ -563,21 +563,32 @@ def _alike(program, fusing: dict) -> dict[int, int]:
         literal = None if t.literal is None else np.asarray(t.literal).tobytes()
         return (t.shape, t.dtype, literal)
 
+    values, scalars = program.values, program.scalars
+    plain = [(v.shape, v.dtype) for v in values]  # a value's key without a known literal
+
+    def operand_key(v) -> tuple:
+        if isinstance(v, int) and v not in scalars:
+            return plain[v]
+        return type_key(program.operand_type(v))
+
     classes: dict = {}
+    params: dict = {}  # params -> a number: equal params of repeated layers alike
     out = {}
     for op in program.ops:
+        try:
+            p = tuple(sorted(op.params.items()))
+            p = params.setdefault(p, len(params))
+        except TypeError:  # params an op alone has (arrays, callables): priced on its own
+            p = ("op", op.id)
         key = (
             op.primitive,
-            tuple(sorted(op.params.items())),
-            tuple(type_key(program.operand_type(v)) for v in op.operands),
-            tuple(program.values[v].type for v in op.results),
+            p,
+            tuple(operand_key(v) for v in op.operands),
+            tuple(plain[v] for v in op.results),
             # which of its tensors may stay fused, by position (``fused`` flags follow them)
             tuple(i for i, v in enumerate((*op.operands, *op.results)) if v in fusing[op.id]),
         )
-        try:
-            out[op.id] = classes.setdefault(key, len(classes))
-        except TypeError:  # params an op alone has (arrays, callables): priced on its own
-            out[op.id] = classes.setdefault(("op", op.id), len(classes))
+        out[op.id] = classes.setdefault(key, len(classes))
     return out
 
 
