@@ -609,3 +609,33 @@ def record_progress(page) -> None:
 
 def recorded_progress(page) -> list[dict]:
     return page.evaluate("() => { window.__wbProgressStop?.(); return window.__wbProgress || []; }")
+
+
+# -- the graph panel ---------------------------------------------------------------------------
+
+_GRAPH_LABELS_JS = """
+(root) => {
+  const stage = root.querySelector('.wb-gv-stage').getBoundingClientRect();
+  const out = [];
+  root.querySelectorAll('.wb-graph svg g.node text, .wb-graph svg g.edge text').forEach((t, i) => {
+    const r = t.getBoundingClientRect();
+    if (r.height > 0 && r.left >= stage.left && r.right <= stage.right
+        && r.top >= stage.top && r.bottom <= stage.bottom && t.textContent.trim()) {
+      out.push({i, h: r.height, x: r.left + r.width / 2, y: r.top + r.height / 2,
+                text: t.textContent, owner: t.closest('g.node, g.edge').id});
+    }
+  });
+  return out;
+}
+"""
+
+
+def graph_labels(page) -> list[dict]:
+    """The labels inside the graph panel's visible area: index, on-screen height, centre,
+    text and the id of the node or edge they belong to."""
+    panel = workbench(page).locator(".wb-graph").first
+    page.wait_for_function(
+        "(el) => el.querySelector('svg') && el.dataset.zoom", arg=panel.element_handle()
+    )
+    panel.scroll_into_view_if_needed()
+    return panel.evaluate(_GRAPH_LABELS_JS)

@@ -12,7 +12,7 @@ import pytest
 import workbench as wb
 from workbench.models import build
 
-from .conftest import open_and_run_all, wait_for_workbench, wait_settled, workbench
+from .conftest import graph_labels, open_and_run_all, wait_for_workbench, wait_settled, workbench
 
 pytestmark = [pytest.mark.browser]
 
@@ -27,22 +27,6 @@ CELLS = [
     f"                     schedule={SCHEDULE})\nbench",
 ]
 
-# the on-screen height of the labels inside the graph panel (the visible ones)
-LABELS_JS = """
-(root) => {
-  const stage = root.querySelector('.wb-gv-stage').getBoundingClientRect();
-  const out = [];
-  root.querySelectorAll('.wb-graph svg g.node text, .wb-graph svg g.edge text').forEach((t, i) => {
-    const r = t.getBoundingClientRect();
-    if (r.height > 0 && r.left >= stage.left && r.right <= stage.right
-        && r.top >= stage.top && r.bottom <= stage.bottom && t.textContent.trim()) {
-      out.push({i, h: r.height, x: r.left + r.width / 2, y: r.top + r.height / 2,
-                text: t.textContent, owner: t.closest('g.node, g.edge').id});
-    }
-  });
-  return out;
-}
-"""
 TEXT_HEIGHT_JS = """
 ([root, i]) => root.querySelectorAll('.wb-graph svg g.node text, .wb-graph svg g.edge text')[i]
   .getBoundingClientRect().height
@@ -90,13 +74,9 @@ def test_graph_in_browser(lab_server, browser_page, page_log, tmp_path):
     wait_for_workbench(page)
     wait_settled(page)
     panel = _panel(page)
-    page.wait_for_function(
-        "(el) => el.querySelector('svg') && el.dataset.zoom", arg=panel.element_handle()
-    )
-    panel.scroll_into_view_if_needed()
 
     # legible at the default view
-    labels = panel.evaluate(LABELS_JS)
+    labels = graph_labels(page)
     assert len(labels) >= 5, f"too few labels in view: {labels}"
     smallest = min(labels, key=lambda lab: lab["h"])
     assert smallest["h"] >= MIN_LABEL_PX, f"a label {smallest} is under {MIN_LABEL_PX} px high"
@@ -117,7 +97,7 @@ def test_graph_in_browser(lab_server, browser_page, page_log, tmp_path):
     panel.locator(".wb-readable").click()
 
     # clicking a value shows it in the inspector and marks it in the graph
-    edge = next(lab for lab in panel.evaluate(LABELS_JS) if lab["owner"].startswith("e"))
+    edge = next(lab for lab in graph_labels(page) if lab["owner"].startswith("e"))
     before = wait_settled(page)
     page.mouse.click(edge["x"], edge["y"])
     _wait(lambda: panel.locator(".wb-selected").count() > 0, what="the clicked value marked")

@@ -14,6 +14,7 @@ from .conftest import (
     REPO,
     click,
     click_strategy,
+    graph_labels,
     open_and_run_all,
     record_progress,
     recorded_progress,
@@ -25,6 +26,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TOUR = "00_tour.ipynb"
 AUTO_TIMEOUT_S = 400
+MIN_LABEL_PX = 10.0  # the graph's labels at its default view, on screen
 SCREENSHOT = REPO / "docs" / "images" / "workbench_tour.png"
 
 STEP_TIME = re.compile(r"step\D{0,20}?\d+(\.\d+)?\s*(ns|µs|us|ms|s)\b")
@@ -74,6 +76,10 @@ def test_tour_in_browser(lab_server, browser_page, page_log, tmp_path):
 
     mp = timed("MP", click_strategy, page, "MP")
     check_sound(mp, "after MP")
+    labels = graph_labels(page)
+    assert labels and min(lab["h"] for lab in labels) >= MIN_LABEL_PX, (
+        f"the graph is not legible at its default view after MP: {labels[:5]}"
+    )
     assert step(mp) == (2, 2), mp["status"]
     assert "BP(" in mp["export"] and "MP(" in mp["export"], mp["export"]
     assert mp["graph"] != bp["graph"], "the graph did not change after MP"

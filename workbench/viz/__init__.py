@@ -16,7 +16,14 @@ from workbench.viz.charts import (
 )
 from workbench.viz.graph import Picture, graph_picture, program_graph, to_svg
 from workbench.viz.grid import device_blocks, device_grid, device_grid_text
-from workbench.viz.replay import filmstrip, find_value, replay_frames, value_elements
+from workbench.viz.replay import (
+    event_elements,
+    event_frames,
+    filmstrip,
+    find_value,
+    replay_frames,
+    value_elements,
+)
 from workbench.viz.style import PALETTE, REPLICATED, axis_colors, partial_note
 from workbench.viz.table import collective_rows, collective_table
 
@@ -35,6 +42,8 @@ __all__ = [
     "device_grid",
     "device_grid_text",
     "estimates_over_schedule",
+    "event_elements",
+    "event_frames",
     "filmstrip",
     "find_value",
     "graph_picture",

@@ -133,13 +133,15 @@ def assign_blocks(
     *,
     phases: Iterable[str] = PHASES,
     expand: Iterable[str] = ("forward",),
+    layers: dict[int, int] | None = None,
 ) -> Nodes:
     """Which node every op is drawn as, folded by phase and block and opened at ``expand``
-    (keys as in the module docstring). Groups carry their key in ``Group.key``."""
+    (keys as in the module docstring). Groups carry their key in ``Group.key``. ``layers``:
+    ``op_layers(program)`` if the caller keeps it (it costs a pass over the program)."""
     phases = tuple(phases)
     open_ = set(expand)
     root, region_index, order = _root_and_regions(program)
-    layer = op_layers(program)
+    layer = op_layers(program) if layers is None else layers
     n_blocks = len(program.anatomy().layers.blocks)
     total = repeats(program)
     groups: dict[str, Group] = {}

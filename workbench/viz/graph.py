@@ -112,12 +112,15 @@ def graph_picture(
     phases: Iterable[str] = PHASES,
     max_nodes: int = MAX_NODES,
     legend: bool = True,
+    layers: dict[int, int] | None = None,
 ) -> Picture:
     """``program_graph``'s drawing with its `Picture` index. ``collapse="blocks"`` folds by
     the anatomy's phases and repeated blocks (see ``blocks.py``); ``expand`` then holds the
-    keys of what is open (default: the forward phase)."""
+    keys of what is open (default: the forward phase) and ``layers`` may hand in
+    ``blocks.op_layers(program)``, kept by the caller."""
     if collapse == "blocks":
-        nodes = assign_blocks(program, phases=phases, expand=expand or ("forward",))
+        expand = expand or ("forward",)
+        nodes = assign_blocks(program, phases=phases, expand=expand, layers=layers)
     else:
         nodes = assign_nodes(
             program, phases=phases, collapse=collapse, expand=expand, max_nodes=max_nodes

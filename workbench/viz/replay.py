@@ -46,31 +46,50 @@ def find_value(program: Program, text: str, *, exact: bool = False) -> int | Non
     return next((v.id for v in program.values if low in v.name.lower()), None)
 
 
+def event_frames(events: Sequence[Event], mesh: Mesh) -> list[dict]:
+    """Per event (in order): ``index``, ``kind``, ``axis``, ``color`` (its axis's; red for a
+    conflict), ``text``, the ``value`` name and id (``vid``), the op's id (``oid``) and
+    whether it is a ``conflict``. Independent of the drawing."""
+    colors = style.axis_colors(mesh)
+    return [
+        dict(
+            index=e.index,
+            kind=e.kind,
+            axis=e.axis,
+            color=style.CONFLICT if e.kind == "conflict" else colors.get(e.axis, style.REPLICATED),
+            text=e.text,
+            value=e.value,
+            vid=e.value_id,
+            oid=e.op_id,
+            conflict=e.kind == "conflict",
+        )
+        for e in events
+    ]
+
+
+def event_elements(picture: Picture, program: Program, events: Sequence[Event]) -> dict:
+    """Where the events land in the drawing: ``"v<id>"`` -> the elements showing that value,
+    ``"o<id>"`` -> the node of that op (only for the values and ops the events name)."""
+    where: dict[str, list[str]] = {}
+    for e in events:
+        if e.value_id is not None and f"v{e.value_id}" not in where:
+            where[f"v{e.value_id}"] = list(value_elements(picture, program, e.value_id))
+        if e.op_id is not None and f"o{e.op_id}" not in where:
+            node = picture.op_element.get(e.op_id)
+            where[f"o{e.op_id}"] = [node] if node else []
+    return where
+
+
 def replay_frames(
     picture: Picture, program: Program, events: Sequence[Event], mesh: Mesh
 ) -> list[dict]:
-    """Per event (in order): ``index``, ``kind``, ``axis``, ``color``, ``text``, the
-    ``value`` name, the elements it lights (``values``: the value's; ``op``: the op's node
-    or None) and whether it is a ``conflict``."""
-    colors = style.axis_colors(mesh)
-    frames = []
-    for e in events:
-        lit = () if e.value_id is None else value_elements(picture, program, e.value_id)
-        op = None if e.op_id is None else picture.op_element.get(e.op_id)
-        conflict = e.kind == "conflict"
-        frames.append(
-            dict(
-                index=e.index,
-                kind=e.kind,
-                axis=e.axis,
-                color=style.CONFLICT if conflict else colors.get(e.axis, style.REPLICATED),
-                text=e.text,
-                value=e.value,
-                values=list(lit),
-                op=op,
-                conflict=conflict,
-            )
-        )
+    """``event_frames`` with, per event, the elements it lights: ``values`` (the value's
+    edges, or the box holding it) and ``op`` (the op's node, or None)."""
+    where = event_elements(picture, program, events)
+    frames = event_frames(events, mesh)
+    for f in frames:
+        f["values"] = where.get(f"v{f['vid']}", [])
+        f["op"] = (where.get(f"o{f['oid']}") or [None])[0]
     return frames
 
 

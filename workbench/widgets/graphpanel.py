@@ -11,8 +11,15 @@ from __future__ import annotations
 
 import ipywidgets as w
 
-from workbench.viz import find_value, graph_picture, replay_frames, to_svg, value_elements
-from workbench.viz.blocks import default_expand
+from workbench.viz import (
+    event_elements,
+    event_frames,
+    find_value,
+    graph_picture,
+    to_svg,
+    value_elements,
+)
+from workbench.viz.blocks import default_expand, op_layers
 from workbench.widgets import render
 from workbench.widgets.graphview import GraphView
 
@@ -35,6 +42,8 @@ class GraphPanel:
         program = bench.session.program
         self.expanded: set[str] = set(default_expand(program))
         self.picture = None
+        self._layers = None  # viz.blocks.op_layers of the program, once
+        self._replayed = (None, ())  # the state replayed, and its events
         self.collapse = w.Dropdown(options=COLLAPSE, value="blocks", description="fold by")
         self.expand = w.Text(
             placeholder="scopes to draw op by op: layer0/attn, … (enter)",
@@ -84,6 +93,7 @@ class GraphPanel:
             collapse=self.collapse.value,
             expand=expand,
             phases=phases,
+            layers=self.layers() if blocks else None,
         )
         svg = to_svg(pic.digraph)
         self.view.folds = dict(pic.folds)
@@ -96,14 +106,27 @@ class GraphPanel:
         self.replay_step.value = current
         self.replay()
 
+    def layers(self) -> dict[int, int]:
+        if self._layers is None:
+            self._layers = op_layers(self.bench.session.program)
+        return self._layers
+
     def replay(self) -> None:
+        """Send the events of the step chosen (once per state) and where they land."""
         s, step = self.bench.session, self.replay_step.value
         if self.picture is None or not step:
-            self.view.frames, self.view.replay_title = [], ""
+            self._replayed = (None, ())
+            self.view.frames, self.view.where, self.view.replay_title = [], {}, ""
             return
-        events = s.events(step)
-        self.view.replay_title = f"step {step}: {s.history[step - 1]}"
-        self.view.frames = replay_frames(self.picture, s.program, events, s.mesh)
+        state = s.state_at(step)
+        if self._replayed[0] is not state:
+            events = s.events(step)
+            self._replayed = (state, events)
+            self.view.where = event_elements(self.picture, s.program, events)
+            self.view.replay_title = f"step {step}: {s.history[step - 1]}"
+            self.view.frames = event_frames(events, s.mesh)
+        else:
+            self.view.where = event_elements(self.picture, s.program, self._replayed[1])
 
     def select(self, name: str) -> None:
         """Mark the value ``name`` in the graph (nothing if it is not a value)."""

@@ -31,7 +31,8 @@ class GraphView(anywidget.AnyWidget):
     """The graph panel. ``svg``: the drawing; ``folds``: element id -> the key it opens or
     folds; ``focus``: ``{"ids": [...], "keep_zoom": bool}`` the elements to show (set a new
     dict to move there); ``selected``: element ids marked as the inspected value;
-    ``frames``: a replay (``viz.replay_frames``) and its ``replay_title``."""
+    ``frames``: a replay (``viz.event_frames``), its ``replay_title``, and ``where`` its
+    events land in this drawing (``viz.event_elements``)."""
 
     _esm = _esm()
     _css = (HERE / "graphview.css").read_text()
@@ -41,6 +42,7 @@ class GraphView(anywidget.AnyWidget):
     focus = traitlets.Dict({"ids": [], "keep_zoom": False}).tag(sync=True)
     selected = traitlets.List().tag(sync=True)
     frames = traitlets.List().tag(sync=True)
+    where = traitlets.Dict().tag(sync=True)
     replay_title = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, **kwargs):
