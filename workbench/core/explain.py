@@ -150,8 +150,12 @@ def events(program, state: State) -> tuple[Event, ...]:
     """The events of the tactic that made ``state``, in order (see `Event`)."""
     names = program.values
     out = []
+    texts: dict = {}  # (tactic, part) -> its text: a composite's parts are few, its events many
     for e in state.events:
-        part = _part_text(state, e)
+        key = (e.tactic, e.part)
+        part = texts.get(key)
+        if part is None:
+            part = texts[key] = _part_text(state, e)
         if isinstance(e, Provenance):
             value = names[e.value].name
             what = f"dim {e.dim}" if e.dim is not None else f"pending {e.reduction}"
