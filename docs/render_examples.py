@@ -1,6 +1,6 @@
 """Render the pictures in docs/viz.md into docs/images/.
 
-    .venv/bin/python docs/render_examples.py
+    .venv/bin/python docs/render_examples.py [graphs charts filmstrip]   (default: all)
 
 Program graphs are SVG from graphviz's ``dot``. Plotly figures (device grids, charts,
 the collective table) are SVG through kaleido, which drives a Chrome or Chromium
@@ -12,7 +12,11 @@ Everything is planned from shapes (``abstract=True``): no devices, nothing alloc
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
+
+import jax
+import jax.numpy as jnp
 
 import workbench as wb
 from workbench.core import hardware as hw
@@ -22,8 +26,11 @@ from workbench.viz import (
     compare_strategies,
     device_grid,
     estimates_over_schedule,
+    filmstrip,
+    graph_picture,
     memory_breakdown,
     program_graph,
+    replay_frames,
     schedule_estimates,
     schedule_labels,
     time_breakdown,
@@ -123,11 +130,38 @@ def charts() -> None:
     write_figure("lm_7b_collectives", collective_table(full, hardware=hw.H100, top=12), 1100)
 
 
+def mlp_filmstrip() -> None:
+    """A tactic's propagation, event by event: tiling an MLP's first weight on ``model``."""
+
+    def mlp(params, x):
+        h = jax.nn.relu(x @ params["w_in"])
+        return jnp.tanh(h @ params["w_out"]) + x
+
+    f32 = jnp.float32
+    params = {"w_in": jax.ShapeDtypeStruct((16, 64), f32)}
+    params["w_out"] = jax.ShapeDtypeStruct((64, 16), f32)
+    program = wb.capture(mlp, params, jax.ShapeDtypeStruct((8, 16), f32))
+    tactics = [wb.Tile("x", 0, "batch"), wb.Tile("params/w_in", 1, "model")]
+    s = wb.Session(program, wb.Mesh(MESH_2X4), tactics)
+    pic = graph_picture(
+        program, s.state, s.mesh, collectives=s.collectives(), collapse=None, legend=False,
+        changed=(),
+    )  # fmt: skip
+    frames = replay_frames(pic, program, s.events(2), s.mesh)
+    title = "Tile(params/w_in, dim 1, model), event by event"
+    strip = filmstrip(to_svg(pic.digraph), frames, count=6, columns=3, width=300, title=title)
+    write_svg("mlp_tile_model_filmstrip.svg", strip)
+
+
+PARTS = {"graphs": graphs_and_grids, "charts": charts, "filmstrip": mlp_filmstrip}
+
+
 def main() -> None:
     IMAGES.mkdir(exist_ok=True)
-    graphs_and_grids()
-    charts()
-    if not STATIC:
+    parts = sys.argv[1:] or list(PARTS)
+    for part in parts:
+        PARTS[part]()
+    if not STATIC and {"graphs", "charts"} & set(parts):
         print("kaleido is not installed: plotly figures were written as HTML, not SVG.")
     total = sum(p.stat().st_size for p in IMAGES.iterdir())
     print(f"{IMAGES}: {total / 2**20:.2f} MiB")

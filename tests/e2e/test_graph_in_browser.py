@@ -123,6 +123,17 @@ def test_graph_in_browser(lab_server, browser_page, page_log, tmp_path):
     )
     print(f"open a box: {time.monotonic() - started:.2f} s")
 
+    # and an opened block's frame folds it again
+    wait_settled(page)  # the view moves onto what opened: let it land
+    panel.locator(".wb-fit").click()
+    frames = panel.locator("g.cluster.wb-foldable")
+    n_frames = frames.count()
+    label = frames.first.locator("text").first.bounding_box()
+    started = time.monotonic()
+    page.mouse.click(label["x"] + label["width"] / 2, label["y"] + label["height"] / 2)
+    _wait(lambda: frames.count() < n_frames, what="the block to fold")
+    print(f"fold a block: {time.monotonic() - started:.2f} s")
+
     # the replay steps through the Session's events in order, the graph changing each step
     events = _events()
     count = workbench(page).locator(".wb-replay-count")

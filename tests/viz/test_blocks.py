@@ -10,6 +10,7 @@ from workbench.models import build
 from workbench.models.external import build_external
 from workbench.viz import default_expand, graph_picture, to_svg
 from workbench.viz.blocks import POST, PRE, assign_blocks, op_layers
+from workbench.viz.graph import IO_FANOUT
 
 from .programs import MESH, lm_step
 
@@ -89,3 +90,10 @@ def test_a_long_program_folds_to_a_few_boxes():
         program, state, MESH, collapse="blocks", expand=("forward", "forward/layers")
     )
     assert len([g for g in opened.nodes.groups.values() if "/layer" in g.key]) == 24
+    # what makes dot slow at depth is left out: one input group linked to every layer box,
+    # and every layer box linked to the folded backward phase
+    src = opened.digraph.source
+    fans = Counter(re.findall(r"^\s*(in\d+|out\d+) -> g\d+", src, re.M))
+    assert max(fans.values(), default=0) <= IO_FANOUT
+    backward = next(g.node for g in opened.nodes.groups.values() if g.key == "backward")
+    assert not re.search(rf"^\s*g\d+ -> {backward}\b", src, re.M)

@@ -37,6 +37,7 @@ from workbench.viz.graph_attrs import GREY, Attributes
 
 FONT = "Helvetica"
 IO_BUDGET = 32  # inputs (outputs) drawn one by one; past this many they group by name prefix
+IO_FANOUT = 8  # boxes an input (output) group is linked to when folding by blocks
 
 
 def program_graph(
@@ -263,6 +264,8 @@ class _Drawing(Attributes):
                 dst = self.target(self.p.ops[c.op], c.value)
             if src == dst and dst in self.n.groups:
                 self.inside[dst] += 1
+            elif self._to_folded_phase(src, dst):  # counted in the phase's box
+                self.inside[dst if dst in self.phase_boxes else src] += 1
             elif dst is not None and src != dst:  # from no node: a constant, a phase not drawn
                 self.routes.setdefault((src, dst), []).append(c)
 
@@ -276,16 +279,37 @@ class _Drawing(Attributes):
         if src is not None and dst is not None and not self._to_folded_phase(src, dst):
             self.edges.setdefault((src, dst), {})[v] = None
 
-    def _to_folded_phase(self, src: str, dst: str) -> bool:
-        """An edge between one op and a folded phase: left out (the box counts it), since
-        the saved activations running to the backward box would cost ``dot`` seconds."""
-        return (src in self.phase_boxes and not dst.startswith("g")) or (
-            dst in self.phase_boxes and not src.startswith("g")
+    def _to_folded_phase(self, src: str | None, dst: str | None) -> bool:
+        """An edge between a folded phase and anything but an input or output: left out (the
+        box counts what crosses it), since the saved activations running to the backward
+        box from every layer cost ``dot`` seconds (15 s at 80 layers)."""
+
+        def io(node: str | None) -> bool:
+            return node is None or node.startswith(("in", "out"))
+
+        return (src in self.phase_boxes and not io(dst)) or (
+            dst in self.phase_boxes and not io(src)
         )
+
+    def _thin_fans(self) -> None:
+        """Edges between an input or output group and more than ``IO_FANOUT`` boxes: left
+        out (the boxes count them). One group of 800 weights feeding 80 layer boxes is 80
+        edges across 80 ranks, which cost ``dot`` 20 s."""
+        fans: dict[str, list[tuple[str, str]]] = {}
+        for src, dst in self.edges:
+            for io, other in ((src, dst), (dst, src)):
+                if io in self.io and other in self.n.groups:
+                    fans.setdefault(io, []).append((src, dst))
+        for pairs in fans.values():
+            if len(pairs) > IO_FANOUT:
+                for pair in pairs:
+                    del self.edges[pair]
 
     # -- the picture --------------------------------------------------------------------------
     def draw(self, collectives: Iterable[Collective], legend: bool) -> Picture:
         self._collect(collectives)
+        if self.phase_boxes:  # folding by blocks
+            self._thin_fans()
         g = graphviz.Digraph(
             self.p.name,
             graph_attr=dict(

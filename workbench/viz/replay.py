@@ -113,11 +113,13 @@ def _frame_css(prefix: str, frames: Sequence[dict], upto: int) -> str:
         for el in (*last["values"], last["op"]):
             if el:
                 color[el] = (last["color"], NEW)
-    rules = [
-        f"#{prefix}{el} path, #{prefix}{el} polygon, #{prefix}{el} ellipse "
-        f"{{stroke: {c} !important; stroke-width: {w}px !important}}"
-        for el, (c, w) in color.items()
-    ]
+    frame = prefix.rstrip("-")
+    rules = [f"#{frame} g.edge, #{frame} g.node {{opacity: 0.3}}"]  # the rest, faded
+    for el, (c, w) in color.items():
+        rules.append(
+            f"#{prefix}{el} {{opacity: 1 !important}} #{prefix}{el} path, #{prefix}{el} polygon, "
+            f"#{prefix}{el} ellipse {{stroke: {c} !important; stroke-width: {w}px !important}}"
+        )
     return "\n".join(rules)
 
 
@@ -132,7 +134,8 @@ def filmstrip(
 ) -> str:
     """``count`` frames of a replay side by side, as one SVG: each a copy of ``svg`` (a
     `Picture` rendered with ``to_svg``) with what the events so far reached drawn in their
-    axis colours, the newest thicker, under a caption saying which event it is."""
+    axis colours, the newest thicker, the rest faded, under a caption saying which event it
+    is. Draw ``svg`` with ``changed=()`` so nothing is bold before its event."""
     svg = svg[svg.index("<svg") :]
     view = re.search(r'viewBox="([^"]+)"', svg)
     _, _, w, h = (float(x) for x in view.group(1).split())
@@ -154,8 +157,8 @@ def filmstrip(
             f'<text x="0" y="13" font-family="Helvetica" font-size="13" font-weight="bold">'
             f"{_xml(caption)}</text>"
             f'<text x="0" y="28" font-family="Helvetica" font-size="10" fill="#444">'
-            f"{_xml(text[:90])}</text>"
-            f'<svg x="0" y="34" width="{width:.1f}" height="{h * scale:.1f}" '
+            f"{_xml(_cut(text, int(width / 5.6)))}</text>"
+            f'<svg id="f{j}" x="0" y="34" width="{width:.1f}" height="{h * scale:.1f}" '
             f'viewBox="{view.group(1)}">'
             f"<style>{_frame_css(prefix, frames, k)}</style>{framed}</svg></g>"
         )
@@ -172,6 +175,10 @@ def filmstrip(
         f'width="{total_w:.0f}" height="{total_h:.0f}" viewBox="0 0 {total_w:.0f} {total_h:.0f}">'
         f'<rect width="100%" height="100%" fill="white"/>{head}{"".join(parts)}</svg>'
     )
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _xml(text: str) -> str:
