@@ -1,7 +1,7 @@
 """Planning at scale: each step of a session on a 70B-shaped LM step, by depth.
 
 The zoo LM at the "huge" preset's widths (d 8192, 64 heads, ffn 28672, bf16 compute with
-f32 master weights and Adam), planned from shapes only on a 2,048 x 4 mesh, at 8 to 80
+f32 master weights and Adam) and 2,048 sequences of 4,096 tokens, planned from shapes only on a 2,048 x 4 mesh, at 8 to 80
 layers: capture, then BP, MP, Z3, SP and EMB each applied to the state before it, undo,
 redo, jump, the collective plan and the estimate. Each row is the median of ``--repeats``
 fresh sessions; the last columns are the time per op of BP+MP+Z3 and the whole plan
@@ -39,6 +39,7 @@ from workbench.core import hardware
 from workbench.models import build, lm
 
 STEPS = ("BP", "MP", "Z3", "SP", "EMB")
+BATCH = 2048  # sequences of 4,096 tokens: 8M tokens a step, one sequence per data-parallel rank
 
 
 def timed(fn):
@@ -48,7 +49,7 @@ def timed(fn):
 
 
 def one(layers: int) -> dict[str, float]:
-    ex = build("lm", lm.Config.preset("huge", n_layers=layers), abstract=True)
+    ex = build("lm", lm.Config.preset("huge", n_layers=layers, batch=BATCH), abstract=True)
     out = {}
     program = None
 
@@ -140,7 +141,7 @@ def linearity(depths=(8, 32, 126)) -> None:
     rows, times = [], {}
     for name in ("lm", "lm_scan"):
         for layers in depths:
-            ex = build(name, lm.Config.preset("huge", n_layers=layers), abstract=True)
+            ex = build(name, lm.Config.preset("huge", n_layers=layers, batch=BATCH), abstract=True)
             program = wb.capture(ex.fn, *ex.args)
             s = wb.Session(program, wb.Mesh({"data": 2048, "model": 4}))
             t0 = time.perf_counter()

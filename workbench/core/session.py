@@ -84,13 +84,17 @@ class Session:
         return self
 
     def _forget(self, states) -> None:
-        """Drop what the plan and estimate caches hold for states no longer in the history."""
+        """Drop what the plan, event and estimate caches hold for states no longer in the
+        history."""
         gone = set(states)
         if not gone:
             return
         plans = self.__dict__.get("_plans", {})
         for state in gone & plans.keys():
             del plans[state]
+        kept = self.__dict__.get("_events", {})
+        for state in gone & kept.keys():
+            del kept[state]
         estimates = self.__dict__.get("_estimates", {})
         for key in [k for k in estimates if k[0] in gone]:
             del estimates[key]
@@ -147,7 +151,11 @@ class Session:
     def events(self, step: int | None = None) -> tuple[Event, ...]:
         """How the tactic of ``step`` (default: the current step) propagated, event by event:
         every axis it put on a value (from which value, over which op), pin and conflict."""
-        return events(self.program, self.state if step is None else self.state_at(step))
+        state = self.state if step is None else self.state_at(step)
+        cache = self.__dict__.setdefault("_events", {})
+        if state not in cache:
+            cache[state] = events(self.program, state)
+        return cache[state]
 
     @property
     def conflicts(self) -> list[ConflictReport]:
