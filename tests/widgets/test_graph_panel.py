@@ -70,7 +70,7 @@ def test_a_box_opens_and_its_frame_folds_it(bench):
     send(bench, event="click", id=box)
     assert "backward" in panel.expanded and bench.graph.svg != before
     assert any(k.startswith("backward/") for k in bench.graph.folds.values())
-    assert bench.graph.focus["keep_zoom"] and bench.graph.focus["ids"]
+    assert not bench.graph.focus["keep_zoom"] and bench.graph.focus["ids"]
     frame = next(e for e, k in panel.picture.folds.items() if k == "forward/layer0")
     assert frame.startswith("b")  # the opened layer's cluster
     send(bench, event="click", id=frame)

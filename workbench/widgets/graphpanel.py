@@ -146,7 +146,7 @@ class GraphPanel:
             self.draw(focus=[])
             inside = (key, key + "/", key.removesuffix("s"))  # "forward/layers" -> its layers
             again = [e for e, k in self.picture.folds.items() if k.startswith(inside)]
-            self.view.show(again, keep_zoom=True)
+            self.view.show(again)  # at a readable size, whatever the zoom was
             return
         if eid in pic.collectives:
             self.why.value = render.collective_why(pic.collectives[eid], program)
@@ -175,7 +175,10 @@ class GraphPanel:
 
 
 def _first_changed(picture) -> list[str]:
-    """What the last step changed, ops and values drawn one by one first (the view opens on
-    the first when all of it does not fit)."""
-    rank = {"e": 0, "o": 1}
-    return sorted(picture.changed, key=lambda e: rank.get(e[0], 2))
+    """What the last step changed, ops drawn one by one first, then values (the view opens
+    on the first when all of it does not fit)."""
+
+    def rank(element: str) -> int:
+        return 0 if element.startswith("op") else 1 if element.startswith("e") else 2
+
+    return sorted(picture.changed, key=rank)

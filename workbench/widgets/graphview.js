@@ -51,39 +51,43 @@ function render({ model, el: root }) {
   const readable = () => { if (pz) { pz.zoom(READABLE / base()); report(); } };
 
   function center(ids, keepZoom) {
-    // open on the elements ``ids`` at a readable scale (the top of the graph if none)
+    // open on the elements ``ids`` at a readable scale (the top of the graph if none).
+    // svg-pan-zoom applies a zoom on the next frame, so positions are computed from its
+    // state and the elements' boxes in the drawing's own coordinates, not read off the page.
     if (!pz) return;
     if (!keepZoom) pz.zoom(READABLE / base());
     const found = ids.map((id) => byId(id)).filter(Boolean);
-    const stageBox = stage.getBoundingClientRect();
-    let box;
-    if (found.length) {
-      box = union(found.map((e) => e.getBoundingClientRect()));
-    } else {
-      const all = svg.querySelector("g.graph") || svg;
-      const r = all.getBoundingClientRect();
-      box = { left: r.left, right: r.right, top: r.top, bottom: r.top + 1 };
-    }
-    if (found.length > 1 && (box.right - box.left > stageBox.width || box.bottom - box.top > stageBox.height)) {
-      box = found[0].getBoundingClientRect(); // too big to show whole: open on its first part
-    }
-    const width = box.right - box.left, height = box.bottom - box.top;
-    const targetX = width < stageBox.width ? stageBox.left + stageBox.width / 2 - width / 2 : stageBox.left + 16;
-    const targetY = height < stageBox.height - 32 ? stageBox.top + stageBox.height / 2 - height / 2 : stageBox.top + 16;
-    pz.panBy({ x: targetX - box.left, y: targetY - box.top });
+    const boxes = found.length ? found.map(drawingBox) : [drawingBox(svg.querySelector("g.graph"))];
+    const zoom = realZoom(), s = stage.getBoundingClientRect(), svgBox = svg.getBoundingClientRect();
+    let box = union(boxes);
+    if (!found.length) box = { ...box, bottom: box.top + 1 }; // the top of the graph
+    const fits = (b) => (b.right - b.left) * zoom <= s.width && (b.bottom - b.top) * zoom <= s.height;
+    if (found.length > 1 && !fits(box)) box = boxes[0]; // too big to show whole: the first
+    const w = (box.right - box.left) * zoom, h = (box.bottom - box.top) * zoom;
+    const left = w < s.width ? (s.width - w) / 2 : 16, top = h < s.height - 32 ? (s.height - h) / 2 : 16;
+    // screen = svg's corner + pan + zoom * drawing coordinates
+    pz.pan({
+      x: s.left + left - svgBox.left - zoom * box.left,
+      y: s.top + top - svgBox.top - zoom * box.top,
+    });
     report();
   }
 
-  function union(rects) {
-    const box = { left: Infinity, top: Infinity, right: -Infinity, bottom: -Infinity };
-    for (const r of rects) {
-      if (!r.width && !r.height) continue;
-      box.left = Math.min(box.left, r.left); box.top = Math.min(box.top, r.top);
-      box.right = Math.max(box.right, r.right); box.bottom = Math.max(box.bottom, r.bottom);
-    }
-    if (!isFinite(box.left)) return rects[0];
-    // a region wider or taller than the panel: open on its first part
-    return box;
+  function drawingBox(e) {
+    // ``e``'s box in the coordinates svg-pan-zoom's viewport scales and pans
+    const b = e.getBBox();
+    const viewport = svg.querySelector(".svg-pan-zoom_viewport");
+    const m = viewport.getCTM().inverse().multiply(e.getCTM());
+    const a = new DOMPoint(b.x, b.y).matrixTransform(m);
+    const c = new DOMPoint(b.x + b.width, b.y + b.height).matrixTransform(m);
+    return { left: Math.min(a.x, c.x), top: Math.min(a.y, c.y), right: Math.max(a.x, c.x), bottom: Math.max(a.y, c.y) };
+  }
+
+  function union(boxes) {
+    return boxes.reduce((u, b) => ({
+      left: Math.min(u.left, b.left), top: Math.min(u.top, b.top),
+      right: Math.max(u.right, b.right), bottom: Math.max(u.bottom, b.bottom),
+    }));
   }
 
   const byId = (id) => (svg && id ? svg.querySelector(`[id="${CSS.escape(id)}"]`) : null);
@@ -145,6 +149,7 @@ function render({ model, el: root }) {
       ArrowLeft: () => pz.panBy({ x: PAN_STEP, y: 0 }), ArrowRight: () => pz.panBy({ x: -PAN_STEP, y: 0 }),
       ArrowUp: () => pz.panBy({ x: 0, y: PAN_STEP }), ArrowDown: () => pz.panBy({ x: 0, y: -PAN_STEP }),
       " ": () => togglePlay(), ",": () => go(step - 1), ".": () => go(step + 1),
+      Escape: () => replay.querySelector(".wb-replay-exit").click(),
       f: () => bar.querySelector(".wb-full-width").click(),
     };
     if (pz && keys[ev.key]) { ev.preventDefault(); keys[ev.key](); }
@@ -204,7 +209,7 @@ function render({ model, el: root }) {
   }
 
   // -- the replay ---------------------------------------------------------------------------
-  let frames = [], step = 0, timer = null;
+  let frames = [], step = 0, timer = null, active = false;
   let firstLit = new Map(), valueCount = new Map(), conflictsUpTo = [];
   const rbar = el("div", "wb-replay-bar");
   const playButton = button("play", "wb-replay-play", "play / pause (space)", () => togglePlay());
@@ -223,6 +228,9 @@ function render({ model, el: root }) {
     button("▶", "wb-replay-forward", "one event forward (.)", () => go(step + 1)),
     button("▶▶|", "wb-replay-end", "after the last event", () => go(frames.length)),
     slider, count,
+    button("✕", "wb-replay-exit", "leave the replay: the graph as drawn (escape)", () => {
+      stop(); active = false; step = frames.length; paint(true);
+    }),
   );
   replay.append(rbar, text);
 
@@ -252,13 +260,28 @@ function render({ model, el: root }) {
     });
     replay.style.display = frames.length ? "" : "none";
     step = frames.length; // the tactic's end state, as drawn
+    active = false;
     paint(true);
   }
 
+  function clear() {
+    for (const e of svg.querySelectorAll(".wb-lit, .wb-current")) e.classList.remove("wb-lit", "wb-current");
+    svg.querySelector(".wb-replay-badge")?.remove();
+  }
+
   function paint(all) {
+    // the graph as drawn until the replay is used; then what events 1..step reached
     if (!svg) return;
-    const replaying = step < frames.length;
-    stage.classList.toggle("wb-replaying", replaying || timer !== null);
+    stage.classList.toggle("wb-replaying", active);
+    if (!active) {
+      clear();
+      slider.value = String(frames.length);
+      root.dataset.replayStep = String(frames.length);
+      count.textContent = `${frames.length} events · ${conflictsUpTo[frames.length] || 0} conflicts`;
+      text.textContent = frames.length ? "the tactic's propagation: press play, or step through it" : "";
+      text.style.color = "";
+      return;
+    }
     if (all) {
       for (const e of svg.querySelectorAll(".wb-lit, .wb-current")) e.classList.remove("wb-lit", "wb-current");
       valueCount = new Map();
@@ -321,6 +344,7 @@ function render({ model, el: root }) {
 
   function go(k) {
     k = Math.max(0, Math.min(frames.length, k));
+    if (!active) { active = true; step = k; paint(true); return; }
     if (Math.abs(k - step) > 64) { step = k; paint(true); return; }
     while (step < k) { light(frames[step], step); step++; }
     while (step > k) { step--; unlight(frames[step], step); }
@@ -345,6 +369,7 @@ function render({ model, el: root }) {
 
   function togglePlay() {
     if (timer !== null) { stop(); paint(false); return; }
+    if (!active) { active = true; step = frames.length; paint(true); }
     if (step >= frames.length) go(0);
     const stride = Math.max(1, Math.ceil(frames.length / 250));
     playButton.textContent = "pause";
