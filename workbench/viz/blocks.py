@@ -26,12 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from workbench.core.gcpause import without_gc
 from workbench.core.ir.program import Program
 from workbench.viz.collapse import PHASES, Group, Nodes, _root_and_regions
 
 PRE, POST = -1, 10**9  # layer labels before the first block and after the last
 
 
+@without_gc
 def op_layers(program: Program) -> dict[int, int]:
     """Top-level op id -> its layer (``PRE``, 0.., ``POST``); see the module docstring."""
     anatomy = program.anatomy()

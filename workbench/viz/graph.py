@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import graphviz
 
 from workbench.core.collectives import Collective
+from workbench.core.gcpause import without_gc
 from workbench.core.ir.program import Op, Program
 from workbench.core.mesh import Mesh
 from workbench.core.state import State
@@ -101,6 +102,7 @@ class Picture:
         return found[0] if found else None
 
 
+@without_gc
 def graph_picture(
     program: Program,
     state: State,

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from workbench.core.errors import UnknownValueError
 from workbench.core.explain import Event
+from workbench.core.gcpause import without_gc
 from workbench.core.ir.program import Program
 from workbench.core.mesh import Mesh
 from workbench.viz import style
@@ -67,6 +68,7 @@ def event_frames(events: Sequence[Event], mesh: Mesh) -> list[dict]:
     ]
 
 
+@without_gc
 def event_elements(picture: Picture, program: Program, events: Sequence[Event]) -> dict:
     """Where the events land in the drawing: ``"v<id>"`` -> the elements showing that value,
     ``"o<id>"`` -> the node of that op (only for the values and ops the events name)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipywidgets as w
 
+from workbench.core.gcpause import without_gc
 from workbench.viz import (
     event_elements,
     event_frames,
@@ -76,6 +77,7 @@ class GraphPanel:
         )
 
     # -- drawing -----------------------------------------------------------------------------
+    @without_gc  # a 70B step's objects make each full collection cost a tenth of a second
     def draw(self, focus=None) -> None:
         s = self.bench.session
         blocks = self.collapse.value == "blocks"
