@@ -114,6 +114,26 @@ def test_graph_in_browser(lab_server, browser_page, page_log, tmp_path):
     _wait(lambda: name in inspector.inner_text(), what=f"{name} in the inspector")
     assert before["status"] == wait_settled(page)["status"]
 
+    # from the keyboard: + zooms in; n walks to a value, Enter inspects it
+    stage = panel.locator(".wb-gv-stage")
+    stage.focus()
+    zoom = float(panel.get_attribute("data-zoom"))
+    page.keyboard.press("+")
+    _wait(lambda: float(panel.get_attribute("data-zoom")) > zoom, what="+ to zoom in")
+    page.keyboard.press("1")
+    for _ in range(200):
+        page.keyboard.press("n")
+        cursor = panel.evaluate("el => el.querySelector('.wb-cursor')?.id || ''")
+        if cursor.startswith("e"):
+            break
+    assert cursor.startswith("e"), f"n never reached an edge: {cursor}"
+    shown = inspector.inner_text()
+    page.keyboard.press("Enter")
+    _wait(lambda: inspector.inner_text() != shown, what="Enter to inspect the value")
+    assert panel.evaluate(
+        f"el => el.querySelector('[id=\"{cursor}\"]').classList.contains('wb-selected')"
+    )
+
     # a folded box opens on a click
     panel.locator(".wb-fit").click()
     page.wait_for_timeout(200)  # svg-pan-zoom moves the drawing on the next frame

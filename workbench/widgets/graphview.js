@@ -151,14 +151,33 @@ function render({ model, el: root }) {
       " ": () => togglePlay(), ",": () => go(step - 1), ".": () => go(step + 1),
       Escape: () => replay.querySelector(".wb-replay-exit").click(),
       f: () => bar.querySelector(".wb-full-width").click(),
+      n: () => cursorBy(1), p: () => cursorBy(-1),
+      Enter: () => { if (cursor) model.send({ event: "click", id: cursor.id }); },
     };
     if (pz && keys[ev.key]) { ev.preventDefault(); keys[ev.key](); }
   });
+
+  // the keyboard's pointer: n / p walk the values, ops and boxes, Enter clicks, the tip shows
+  let cursor = null;
+  function cursorBy(d) {
+    const all = [...svg.querySelectorAll("g.node, g.edge, g.cluster.wb-foldable")].filter((e) => e.id);
+    if (!all.length) return;
+    const i = cursor ? all.indexOf(cursor) : -1;
+    cursor?.classList.remove("wb-cursor");
+    cursor = all[(i + d + all.length) % all.length];
+    cursor.classList.add("wb-cursor");
+    tip.textContent = cursor.dataset.tip || cursor.textContent.trim();
+    tip.style.display = "block";
+    tip.style.left = "8px";
+    tip.style.top = "8px";
+    follow([cursor.id]);
+  }
 
   // -- drawing ------------------------------------------------------------------------------
   let drawStart = 0;
   function draw() {
     drawStart = performance.now();
+    cursor = null;
     if (pz) { pz.destroy(); pz = null; }
     if (svg) svg.remove();
     const holder = document.createElement("div");
