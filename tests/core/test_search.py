@@ -1,6 +1,7 @@
 """The automatic search: it recovers Megatron, composes with manual tactics, respects memory
 limits, is deterministic for a seed, and exports as the tactics it chose."""
 
+import gc
 from functools import cache
 
 import pytest
@@ -8,7 +9,7 @@ import pytest
 import workbench as wb
 from workbench.core import hardware as hw
 from workbench.core.errors import TacticError
-from workbench.core.search import Auto, decision_groups
+from workbench.core.search import Auto, Search, decision_groups
 from workbench.models import build, lm
 
 
@@ -118,3 +119,60 @@ def test_bad_search_requests():
     with pytest.raises(TacticError, match="needs a mesh axis name or a list of them"):
         Auto(3)
     assert Auto(["batch", "model"]) == Auto(("batch", "model"))  # a list is fine
+
+
+def test_the_data_inputs_are_one_group_first_with_their_batch_dim_as_prior():
+    program = wide_lm()
+    mesh = wb.Mesh({"batch": 2})
+    groups = decision_groups(program, mesh, wb.Session(program, mesh).state, "batch")
+    data = groups[0]
+    assert {program.values[m].name for m in data.members} == {"batch/tokens", "batch/targets"}
+    assert data.data and data.prior == 0 and data.dims == (0, 1)
+    assert not any(g.data for g in groups[1:])
+
+
+def test_small_groups_alike_in_shape_are_decided_together():
+    program = wide_lm()
+    mesh = wb.Mesh({"model": 4})
+    state = wb.Session(program, mesh).state
+    listed = {g.key: g for g in decision_groups(program, mesh, state, "model")}
+    searched = {g.key: g for g in Search(program, mesh, state, Auto("model", budget=1)).groups}
+    norms = [k for k in listed if "/ln" in k]  # norm scales and biases: tiny, shape (d,)
+    assert len(norms) >= 4 and not set(norms) & set(searched)
+    merged = [g for g in searched.values() if set(listed[norms[0]].members) <= set(g.members)]
+    assert len(merged) == 1
+    assert {m for k in norms for m in listed[k].members} == set(merged[0].members)
+    assert searched["params/layers/*/attn/wq"] == listed["params/layers/*/attn/wq"]
+    assert any(g.data for g in searched.values())  # data inputs are never merged
+
+
+@pytest.mark.parametrize("cache", [1, 12])
+def test_the_state_cache_does_not_change_the_result(cache):
+    program = wide_lm()
+    mesh = wb.Mesh({"model": 4})
+    state = wb.Session(program, mesh).state
+    auto = Auto("model", budget=30, seed=1)
+    cached = Search(program, mesh, state, auto)
+    small = Search(program, mesh, state, auto, state_cache=cache)
+    assert small.run() == cached.run()
+    assert small.evaluations == cached.evaluations
+    assert len(small.states.items) <= cache < len(cached.states.items)
+    assert cached.states.hits > 0
+
+
+def test_search_results_are_held_by_the_program_while_their_state_lives():
+    program = wide_lm()
+    mesh = wb.Mesh({"model": 4})
+    runs = []
+    auto = Auto("model", budget=20, callback=runs.append)
+    s = wb.Session(program, mesh, [auto])
+    searched = len(runs)
+    s.export_code()
+    s.undo()
+    s.redo()
+    assert len(runs) == searched  # neither export nor redo searched again
+    held = program.__dict__["_search_results"]
+    assert s.state_at(0) in held
+    del s
+    gc.collect()
+    assert len(held) == 0

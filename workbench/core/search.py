@@ -12,6 +12,14 @@ climbing: clear one axis entirely, or change one group's action, keeping any imp
 Deterministic for a given seed (given a budget in evaluations; a budget in seconds depends
 on the machine's speed).
 
+At scale each evaluation costs what a propagation and an estimate of the whole program
+cost, so the search spends them where they count: the data inputs are one group (as BP
+tiles them), small groups (under ``SMALL_SHARE`` of an axis's input bytes: norm scales
+and biases) are decided together when alike in shape, the states after each path's prefixes are
+kept in a bounded cache owned by the search (a rollout or a refinement pays only for the
+actions after the prefix it shares), rollouts follow the best path found so far half the
+time (unless the episode before found nothing new), and a budget in seconds stops before an evaluation that would overrun it.
+
     schedule = [BP("batch"), Auto("model")]   # BP by hand, the search decides "model"
 """
 
@@ -19,30 +27,25 @@ from __future__ import annotations
 
 import math
 import random
-import re
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from workbench.core.errors import TacticError, WorkbenchError
-from workbench.core.ir.selectors import select
+from workbench.core.ir.selectors import exact
 from workbench.core.mesh import Mesh
 from workbench.core.plan import build_plan
+from workbench.core.search_groups import Group, decision_groups
 from workbench.core.simulator import estimate
 from workbench.core.state import State
 from workbench.core.tactics import Tactic, Tile, apply_tactic
 
+__all__ = ["SKIP", "Auto", "Group", "Progress", "Search", "StateCache", "decision_groups"]
+
 SKIP = -1  # the "leave it" action
-
-
-@dataclass(frozen=True, slots=True)
-class Group:
-    """Inputs decided together on one axis, and the dims they may be tiled on."""
-
-    key: str  # e.g. "layers/*/attn/wq"
-    axis: str
-    members: tuple[int, ...]  # value ids
-    dims: tuple[int, ...]  # tileable dims (each member has the same rank and sizes)
+_MISSING = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,69 +59,35 @@ class Progress:
     elapsed_s: float
 
 
-def _group_key(program, anatomy, v: int) -> str:
-    """A group's label: for the same place in repeated blocks, the first member's name with
-    its layer numbers starred. Display only: the anatomy's blocks decide the groups."""
-    name = program.values[v].name
-    return _starred(name) if v in anatomy.layers.slots else name
-
-
-def _starred(name: str) -> str:
-    """``params/layers/3/attn/wq`` -> ``params/layers/*/attn/wq``, for display."""
-    return re.sub(r"(?<=/)\d+(?=/|$)|^\d+(?=/)", "*", name)
-
-
-def decision_groups(program, mesh: Mesh, state: State, axis: str, inputs="**") -> list[Group]:
-    """The groups of inputs still open on ``axis``, largest first."""
-    size = mesh.axis_size(axis)
-    anatomy = program.anatomy()
-    layers = anatomy.layers
-    state_inputs = set(anatomy.optimizer_state)
-    params: dict[tuple, list[int]] = {}
-    taken: set[int] = set()
-    for v in select(program, inputs, required=False):
-        value = program.values[v]
-        if value.kind != "input" or not value.shape or v in taken or v in state_inputs:
-            continue
-        members = [v] + [u for u in anatomy.companions(v) if program.values[u].kind == "input"]
-        taken.update(members)
-        slot = layers.slots.get(v) if (len(layers.blocks) > 1) else None
-        key = ("slot", slot, value.shape, value.dtype) if slot is not None else ("value", v)
-        params.setdefault(key, []).extend(members)
-    groups = []
-    for members in params.values():
-        key = _group_key(program, anatomy, members[0])
-        shape = program.values[members[0]].shape
-        open_members = tuple(
-            m
-            for m in members
-            if not state.shardings[m].uses(axis) and axis not in state.shardings[m].replicated
-        )
-        if not open_members:
-            continue
-        dims = tuple(
-            d
-            for d, n in enumerate(shape)
-            if all(n % (state.shardings[m].shards(d, mesh) * size) == 0 for m in open_members)
-        )
-        if dims:
-            groups.append(Group(key, axis, open_members, dims))
-
-    # the data first: tiling it spreads through the whole step and settles most weights;
-    # then the weights (they carry optimizer state), largest first
-    def order(g):
-        has_state = any(m in state_inputs for m in g.members)
-        return (has_state, -sum(program.values[m].nbytes for m in g.members))
-
-    groups.sort(key=order)
-    return groups
-
-
 #: A search stops after this many episodes in a row that price no new path: every rollout
 #: lands on a path seen before, and the unpriced ones are too far apart to reach.
 STALL_EPISODES = 2000
 #: The share of the budget (evaluations and seconds) spent refining the tree's best path.
 POLISH_SHARE = 0.25
+#: Groups of parameters holding less than this share of their axis's open input bytes are
+#: decided together with the others of their shape (norm scales and biases).
+SMALL_SHARE = 1e-3
+#: How often a rollout takes the best path's action for a group (when still open there and
+#: the episode before priced a new path).
+FOLLOW_BEST = 0.5
+#: The state cache's size, in value shardings held: about 2,000,000 (some hundreds of MB).
+STATE_CACHE_VALUES = 2_000_000
+
+
+def merge_small(program, groups: list[Group]) -> list[Group]:
+    """``groups`` with those of parameters under ``SMALL_SHARE`` of their bytes merged by
+    shape (norm scales and biases: one decision for all, after the large groups)."""
+    total = sum(g.nbytes for g in groups)
+    large = [g for g in groups if g.data or g.nbytes >= SMALL_SHARE * total]
+    small: dict[tuple, list[Group]] = {}
+    for g in groups:
+        if not (g.data or g.nbytes >= SMALL_SHARE * total):
+            small.setdefault((program.values[g.members[0]].shape, g.dims), []).append(g)
+    for (_, dims), alike in small.items():
+        members = tuple(m for g in alike for m in g.members)
+        key = ", ".join(g.key for g in alike)
+        large.append(Group(key, alike[0].axis, members, dims, sum(g.nbytes for g in alike)))
+    return large
 
 
 class _Node:
@@ -130,29 +99,65 @@ class _Node:
         self.children: dict[int, _Node] = {}
 
 
-class Search:
-    """One run of the tree search from ``state`` (see module doc)."""
+class StateCache:
+    """The states after paths of actions, the most recently used ``capacity`` of them (the
+    start state is always held). Owned by one search; dropped with it."""
 
-    def __init__(self, program, mesh, state, auto: Auto):
+    def __init__(self, start: State, capacity: int):
+        self.start, self.capacity = start, max(0, capacity)
+        self.items: OrderedDict[tuple, State | None] = OrderedDict()
+        self.hits = self.misses = 0
+
+    def get(self, path: tuple):
+        if not path:
+            return self.start
+        if path in self.items:
+            self.hits += 1
+            self.items.move_to_end(path)
+            return self.items[path]
+        self.misses += 1
+        return _MISSING
+
+    def put(self, path: tuple, state: State | None) -> None:
+        if not path or not self.capacity:
+            return
+        self.items[path] = state
+        if len(self.items) > self.capacity:
+            self.items.popitem(last=False)
+
+
+class Search:
+    """One run of the tree search from ``state`` (see module doc). ``state_cache`` is the
+    number of prefix states kept (default: what ``STATE_CACHE_VALUES`` allows)."""
+
+    def __init__(self, program, mesh, state, auto: Auto, state_cache: int | None = None):
         from workbench.core import hardware as presets
 
+        self.start = time.perf_counter()
         self.program, self.mesh, self.auto = program, mesh, auto
         self.hardware = auto.hardware or presets.H100
-        self.groups = [
-            g
-            for axis in auto.axes
-            for g in decision_groups(program, mesh, state, axis, auto.inputs)
-        ]
+        self.groups = []
+        for axis in auto.axes:
+            self.groups += merge_small(
+                program, decision_groups(program, mesh, state, axis, auto.inputs)
+            )
         self.rng = random.Random(auto.seed)
-        self.states: dict[tuple, State | None] = {(): state}
+        if state_cache is None:  # at least a path's prefixes and a refinement's suffix
+            state_cache = max(
+                STATE_CACHE_VALUES // max(1, len(program.values)), 2 * len(self.groups) + 2
+            )
+        self.states = StateCache(state, state_cache)
         self.scores: dict[tuple, float] = {}
         self.evaluations = 0
+        self.follow = True  # rollouts may take the best path's actions
+        self.applied, self.applying_s = 0, 0.0  # actions applied, and their seconds
         self.base = self.measure(state)
         self.best: tuple[float, tuple] = (self.reward(state, self.base), ())
 
     # -- the environment -------------------------------------------------------------------
     def options(self, path: tuple) -> list[int]:
-        """Actions open after ``path``: a group propagation already decided is left alone."""
+        """Actions open after ``path`` (a group propagation already decided is left alone):
+        SKIP first, the group's prior dim next."""
         state = self.state(path)
         if state is None:
             return [SKIP]
@@ -168,6 +173,9 @@ class Search:
                 shape[d] % (state.shardings[m].shards(d, self.mesh) * size) == 0 for m in members
             )
         ]
+        if g.prior in dims:
+            dims.remove(g.prior)
+            dims.insert(0, g.prior)
         return [SKIP, *dims]
 
     def tactic(self, depth: int, action: int, state: State) -> Tactic | None:
@@ -177,22 +185,30 @@ class Search:
         members = [m for m in g.members if not state.shardings[m].uses(g.axis)]
         if not members:
             return None
-        return Tile([self.program.values[m].name for m in members], action, g.axis)
+        return Tile([exact(self.program.values[m].name) for m in members], action, g.axis)
 
     def state(self, path: tuple) -> State | None:
-        """The state after the actions on ``path`` (None when one cannot be applied)."""
-        if path in self.states:
-            return self.states[path]
-        before = self.state(path[:-1])
-        result = None
-        if before is not None:
-            t = self.tactic(len(path) - 1, path[-1], before)
-            try:
-                result = before if t is None else apply_tactic(self.program, self.mesh, before, t)
-            except WorkbenchError:
-                result = None
-        self.states[path] = result
-        return result
+        """The state after the actions on ``path`` (None when one cannot be applied): from
+        the longest prefix in the cache, one propagation per action after it."""
+        found = self.states.get(path)
+        if found is not _MISSING:
+            return found
+        cut = len(path) - 1
+        while cut > 0 and path[:cut] not in self.states.items:
+            cut -= 1
+        state = self.states.get(path[:cut])
+        for depth in range(cut, len(path)):
+            if state is not None:
+                t = self.tactic(depth, path[depth], state)
+                started = time.perf_counter()
+                try:
+                    state = state if t is None else apply_tactic(self.program, self.mesh, state, t)
+                except WorkbenchError:
+                    state = None
+                self.applied += 1
+                self.applying_s += time.perf_counter() - started
+            self.states.put(path[: depth + 1], state)
+        return state
 
     def measure(self, state: State) -> tuple[float, float]:
         e = estimate(
@@ -229,8 +245,13 @@ class Search:
             options = self.options(path)
             untried = [a for a in options if a not in node.children]
             if untried:
+                prior = self.groups[len(path)].prior
                 action = (
-                    untried[0] if len(path) == 0 and not node.children else self.rng.choice(untried)
+                    prior
+                    if prior in untried
+                    else untried[0]
+                    if len(path) == 0 and not node.children
+                    else self.rng.choice(untried)
                 )
                 node.children[action] = _Node()
                 node, path = node.children[action], (*path, action)
@@ -239,10 +260,18 @@ class Search:
             node, action = self.select(node)
             path = (*path, action)
             visited.append(node)
-        while len(path) < len(self.groups):  # rollout: leave a group alone half the time
-            options = self.options(path)
-            leave = len(options) == 1 or self.rng.random() < 0.5
-            path = (*path, SKIP if leave else self.rng.choice(options[1:]))
+        best = self.best[1]
+        while len(path) < len(self.groups):  # rollout: the best path's action half the time,
+            options = self.options(path)  # else leave the group alone half the time
+            depth = len(path)
+            follow = self.follow and depth < len(best) and best[depth] in options
+            if follow and self.rng.random() < FOLLOW_BEST:
+                action = best[depth]
+            elif len(options) == 1 or self.rng.random() < 0.5:
+                action = SKIP
+            else:
+                action = self.rng.choice(options[1:])
+            path = (*path, action)
         reward = self.score(path)
         for n in visited:
             n.visits += 1
@@ -262,31 +291,39 @@ class Search:
     def run(self) -> list[Tactic]:
         """The tree search on the first ``1 - POLISH_SHARE`` of the budget (evaluations and
         seconds), then local refinement of the best path on the rest."""
-        start = time.perf_counter()
         budget, seconds = self.auto.budget, self.auto.seconds
         tree_budget = max(1, math.ceil(budget * (1 - POLISH_SHARE)))
         tree_seconds = None if seconds is None else seconds * (1 - POLISH_SHARE)
         root = _Node()
         stalled = 0
-        while self.groups and self.within(start, tree_budget, tree_seconds):
+        while self.groups and self.within(tree_budget, tree_seconds):
             before = self.evaluations
             self.episode(root)
             if self.evaluations == before and root.visits > 4 * _paths(self.groups):
                 break  # the tree keeps landing on priced paths: it has seen them all
             stalled = 0 if self.evaluations > before else stalled + 1
+            self.follow = stalled == 0  # landed on a priced path: explore instead
             if stalled >= STALL_EPISODES:
                 break  # episodes keep landing on priced paths: the rest of the space is far
-            self.report(start)
+            self.report()
         if self.groups:
-            self.polish(start, budget, seconds)
+            self.polish(budget, seconds)
+        self.report()
         return self.tactics(self.best[1])
 
-    def within(self, start: float, budget: int, seconds: float | None) -> bool:
-        return self.evaluations < budget and (
-            seconds is None or time.perf_counter() - start <= seconds
-        )
+    def within(self, budget: int, seconds: float | None) -> bool:
+        """Whether another evaluation fits the budget: in seconds, one more at the mean cost
+        so far, then the replay of a whole path's actions (the result applied), must end
+        within it."""
+        if self.evaluations >= budget:
+            return False
+        if seconds is None:
+            return True
+        elapsed = time.perf_counter() - self.start
+        replay = len(self.groups) * self.applying_s / max(self.applied, 1)
+        return elapsed + elapsed / max(self.evaluations, 1) + replay <= seconds
 
-    def report(self, start: float) -> None:
+    def report(self) -> None:
         if self.auto.callback is not None:
             self.auto.callback(
                 Progress(
@@ -294,7 +331,7 @@ class Search:
                     self.auto.budget,
                     self.base[0] / self.best[0],
                     self.tactics(self.best[1]),
-                    time.perf_counter() - start,
+                    time.perf_counter() - self.start,
                 )
             )
 
@@ -322,26 +359,28 @@ class Search:
                 if action != path[depth]:
                     yield self.full((*path[:depth], action, *path[depth + 1 :]))
 
-    def polish(self, start: float, budget: int, seconds: float | None) -> None:
+    def polish(self, budget: int, seconds: float | None) -> None:
         """First-improvement hill climbing from the best path until no move improves it or
         the budget is spent (a tree search settles which groups matter; this settles the
         groups it left to chance)."""
         path = self.full(self.best[1])
         score = self.score(path)
         improved = True
-        while improved and self.within(start, budget, seconds):
+        while improved and self.within(budget, seconds):
             improved = False
-            for candidate in self.neighbours(path):
-                if not self.within(start, budget, seconds):
+            moves = self.neighbours(path)  # each made only once the budget allows it
+            while self.within(budget, seconds):
+                candidate = next(moves, None)
+                if candidate is None:
                     break
                 if candidate != path and self.score(candidate) > score:
                     path, score, improved = candidate, self.scores[candidate], True
-                    self.report(start)
+                    self.report()
                     break
 
     def tactics(self, path: tuple) -> tuple[Tactic, ...]:
         """The path as the tile tactics that had an effect, in order."""
-        out, state = [], self.states[()]
+        out, state = [], self.states.start
         for depth, action in enumerate(path):
             t = self.tactic(depth, action, state)
             nxt = self.state(path[: depth + 1])
@@ -361,7 +400,14 @@ def _paths(groups) -> int:
     return total
 
 
-_RESULTS: dict = {}  # (auto, id(program), id(state)) -> tactics, so export does not search again
+def _results(program) -> weakref.WeakKeyDictionary:
+    """The searches run on ``program``, by the state they started from (held weakly: a
+    state no session holds takes its results with it), then by tactic and mesh; so export
+    and undo do not search again. Owned by the program."""
+    cache = program.__dict__.get("_search_results")
+    if cache is None:
+        cache = program.__dict__["_search_results"] = weakref.WeakKeyDictionary()
+    return cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,12 +462,10 @@ class Auto(Tactic):
                 raise TacticError(
                     f"{self}: axis {axis!r} is not in {mesh}; use one of {list(mesh.names)}."
                 )
-        key = (self, id(program), id(state))
-        if key not in _RESULTS:
-            if len(_RESULTS) > 64:
-                _RESULTS.clear()
-            _RESULTS[key] = list(Search(program, mesh, state, self).run())
-        return _RESULTS[key]
+        done = _results(program).setdefault(state, {})
+        if (self, mesh) not in done:
+            done[(self, mesh)] = list(Search(program, mesh, state, self).run())
+        return done[(self, mesh)]
 
     def expand(self, program, mesh: Mesh, state: State):
         return self.decisions(program, mesh, state)
