@@ -29,7 +29,7 @@ from graph_view import lab  # JupyterLab with its state in a temporary directory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the e2e helpers
 
-from tests.e2e import conftest as e2e  # noqa: E402
+from tests.e2e import conftest as e2e
 
 SETUP = (
     "import os\n"
