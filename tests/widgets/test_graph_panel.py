@@ -6,17 +6,9 @@ import html
 import pytest
 
 import workbench as wb
+from tests.widgets.conftest import MESH
 from workbench.core import hardware as hw
-from workbench.models import build
 from workbench.widgets import Workbench
-
-MESH = {"batch": 2, "model": 4}
-
-
-@pytest.fixture(scope="module")
-def program():
-    ex = build("lm", "tiny")
-    return wb.capture(ex.fn, *ex.args)
 
 
 @pytest.fixture

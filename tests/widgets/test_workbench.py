@@ -11,19 +11,12 @@ import jax.numpy as jnp
 import pytest
 
 import workbench as wb
+from tests.widgets.conftest import MESH
 from workbench.core import hardware as hw
 from workbench.core.errors import WorkbenchError
 from workbench.core.strategies import suggested_axis
 from workbench.models import build
 from workbench.widgets import Workbench, render
-
-MESH = {"batch": 2, "model": 4}
-
-
-@pytest.fixture(scope="module")
-def program():
-    ex = build("lm", "tiny")
-    return wb.capture(ex.fn, *ex.args)
 
 
 @pytest.fixture
