@@ -30,8 +30,9 @@ from workbench.models import build, lm
 MESH = {"data": 2048, "model": 4}
 
 
-def experts() -> dict[str, list]:
-    bp = wb.BP("data", dim=1)  # the sequence: the batch of 64 does not divide 2,048 ways
+def experts(batch: int) -> dict[str, list]:
+    # the batch when it divides 2,048 ways, else the sequence
+    bp = wb.BP("data") if batch % MESH["data"] == 0 else wb.BP("data", dim=1)
     return {
         "BP+MP+Z3": [bp, wb.MP("model"), wb.Z3("data")],
         "BP+MP+Z3+SP": [bp, wb.MP("model"), wb.Z3("data"), wb.SP("model")],
@@ -46,14 +47,14 @@ def cell(e) -> str:
     return f"{format_seconds(e.step_s)}/{format_bytes(e.memory.peak)}"
 
 
-def one(layers: int, seconds: float) -> list:
-    ex = build("lm", lm.Config.preset("huge", n_layers=layers), abstract=True)
+def one(layers: int, seconds: float, batch: int) -> list:
+    ex = build("lm", lm.Config.preset("huge", n_layers=layers, batch=batch), abstract=True)
     program = wb.capture(ex.fn, *ex.args)
     mesh = wb.Mesh(MESH)
     limit = hw.H100.memory_bytes
     results = {
         name: wb.Session(program, mesh, schedule).estimate(hw.H100)
-        for name, schedule in experts().items()
+        for name, schedule in experts(batch).items()
     }
     fitting = {n: e for n, e in results.items() if e.memory.peak <= limit}
     best_name = min(fitting or results, key=lambda n: results[n].step_s)
@@ -86,10 +87,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, nargs="+", default=[8, 16, 24, 80])
     parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--batch", type=int, default=64, help="sequences of 4,096 tokens")
     args = parser.parse_args()
     rows = []
     for layers in args.layers:
-        rows.append(one(layers, args.seconds))
+        rows.append(one(layers, args.seconds, args.batch))
         print(f"measured {layers} layers", flush=True)
     print(
         f"\n70B-shaped LM on {MESH}, H100 preset (memory limit "
