@@ -86,18 +86,10 @@ class Session:
     def _forget(self, states) -> None:
         """Drop what the plan, event and estimate caches hold for states no longer in the
         history."""
-        gone = set(states)
-        if not gone:
-            return
-        plans = self.__dict__.get("_plans", {})
-        for state in gone & plans.keys():
-            del plans[state]
-        kept = self.__dict__.get("_events", {})
-        for state in gone & kept.keys():
-            del kept[state]
-        estimates = self.__dict__.get("_estimates", {})
-        for key in [k for k in estimates if k[0] in gone]:
-            del estimates[key]
+        for name in ("_plans", "_events", "_estimates"):
+            cache = self.__dict__.get(name, {})
+            for state in states:
+                cache.pop(state, None)
 
     def undo(self) -> Session:
         if self._cursor == 0:
@@ -202,13 +194,12 @@ class Session:
 
         state = self.state if step is None else self.state_at(step)
         hardware = hardware or presets.CPU
-        cache = self.__dict__.setdefault("_estimates", {})
-        key = (state, hardware, overlap)
-        if key not in cache:
-            cache[key] = estimate(
+        cache = self.__dict__.setdefault("_estimates", {}).setdefault(state, {})
+        if (hardware, overlap) not in cache:
+            cache[hardware, overlap] = estimate(
                 self.program, self.mesh, state, self.plan(step), hardware, overlap=overlap
             )
-        return cache[key]
+        return cache[hardware, overlap]
 
     def lower(self, kind: str = "explicit", devices=None, donate=(), probes=()):
         """``(jitted fn of the flat inputs, jax Mesh)`` for ``kind`` "explicit", "constrained" or

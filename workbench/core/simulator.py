@@ -257,11 +257,13 @@ def recomputed(program, per_reader: bool = True) -> frozenset:
             continue
         if op.primitive not in FUSIBLE:
             continue
-        if op.primitive in EXPENSIVE and len({r.id for r, _ in _readers(program, value.id)}) > 1:
-            continue
-        if not per_reader:
-            readers = {r.id: r.primitive for r, _ in _readers(program, value.id)}
-            if len(readers) > 1 and not FUSING_READERS.issuperset(readers.values()):
+        readers = None  # (op, operand index) of each read, walked once when a rule needs it
+        if op.primitive in EXPENSIVE or not per_reader:
+            readers = _readers(program, value.id)
+            kinds = {r.id: r.primitive for r, _ in readers}
+            if op.primitive in EXPENSIVE and len(kinds) > 1:
+                continue
+            if not per_reader and len(kinds) > 1 and not FUSING_READERS.issuperset(kinds.values()):
                 continue
         if _full_inputs(program, op) > 1:
             inputs = sum(
@@ -269,10 +271,11 @@ def recomputed(program, per_reader: bool = True) -> frozenset:
                 for u in dict.fromkeys(op.operands)
                 if isinstance(u, int)
             )
-            if inputs > sum(tensor_bytes(program.values[r].type) for r in op.results) and not all(
-                _fuses_its_input(program, r, k) for r, k in _readers(program, value.id)
-            ):
-                continue
+            if inputs > sum(tensor_bytes(program.values[r].type) for r in op.results):
+                if readers is None:
+                    readers = _readers(program, value.id)
+                if not all(_fuses_its_input(program, r, k) for r, k in readers):
+                    continue
         out.add(value.id)
     return frozenset(out)
 
