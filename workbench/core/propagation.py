@@ -40,28 +40,29 @@ def op_index(program) -> tuple[OpIndex, ...]:
     if cached is not None:
         return cached
     out = []
-    mappings: dict = {}  # equal mappings (the ops of repeated layers) as one object
-    for op, mapping in zip(program.ops, program.mappings):
-        mapping = mappings.setdefault(mapping, mapping)
-        tensors = tuple(
-            v if isinstance(v, int) else -1 for v in (*op.linked_operands, *op.linked_results)
-        )
-        dims = (*mapping.operands, *mapping.results)
-        where: dict[int, list] = {}
-        for t, tdims in enumerate(dims):
-            for d, factors in enumerate(tdims):
-                for f in factors:
-                    where.setdefault(f, []).append((t, d))
-        out.append(
-            OpIndex(
-                tensors,
-                len(op.linked_operands),
+    shared: dict[int, tuple] = {}  # per class of ops alike: (mapping, dims, where, letters)
+    mappings: dict = {}  # equal mappings of different classes as one object
+    for op, c in zip(program.ops, program.alike):
+        parts = shared.get(c)
+        if parts is None:
+            mapping = mappings.setdefault(program.mappings[op.id], program.mappings[op.id])
+            dims = (*mapping.operands, *mapping.results)
+            where: dict[int, list] = {}
+            for t, tdims in enumerate(dims):
+                for d, factors in enumerate(tdims):
+                    for f in factors:
+                        where.setdefault(f, []).append((t, d))
+            parts = shared[c] = (
                 mapping,
                 dims,
                 {f: tuple(w) for f, w in where.items()},
                 mapping.letters(),
             )
+        mapping, dims, where, letters = parts
+        tensors = tuple(
+            v if isinstance(v, int) else -1 for v in (*op.linked_operands, *op.linked_results)
         )
+        out.append(OpIndex(tensors, len(op.linked_operands), mapping, dims, where, letters))
     program._op_index = tuple(out)
     return program._op_index
 

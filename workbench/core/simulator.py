@@ -559,39 +559,14 @@ def schedule(program) -> list[int]:
 
 
 def _alike(program, fusing: dict) -> dict[int, int]:
-    """Op id -> a class of ops that cost the same in the same layouts (same primitive,
-    params, types and literal values): the repeated layers of a model are priced once."""
-
-    def type_key(t: TensorType) -> tuple:
-        literal = None if t.literal is None else np.asarray(t.literal).tobytes()
-        return (t.shape, t.dtype, literal)
-
-    values, scalars = program.values, program.scalars
-    plain = [(v.shape, v.dtype) for v in values]  # a value's key without a known literal
-
-    def operand_key(v) -> tuple:
-        if isinstance(v, int) and v not in scalars:
-            return plain[v]
-        return type_key(program.operand_type(v))
-
+    """Op id -> a class of ops that cost the same in the same layouts: ops alike
+    (``Program.alike``) whose fusible tensors sit in the same places."""
     classes: dict = {}
-    params: dict = {}  # params -> a number: equal params of repeated layers alike
     out = {}
-    for op in program.ops:
-        try:
-            p = tuple(sorted(op.params.items()))
-            p = params.setdefault(p, len(params))
-        except TypeError:  # params an op alone has (arrays, callables): priced on its own
-            p = ("op", op.id)
-        key = (
-            op.primitive,
-            p,
-            tuple(operand_key(v) for v in op.operands),
-            tuple(plain[v] for v in op.results),
-            # which of its tensors may stay fused, by position (``fused`` flags follow them)
-            tuple(i for i, v in enumerate((*op.operands, *op.results)) if v in fusing[op.id]),
-        )
-        out[op.id] = classes.setdefault(key, len(classes))
+    for op, c in zip(program.ops, program.alike):
+        # which of its tensors may stay fused, by position (``fused`` flags follow them)
+        where = tuple(i for i, v in enumerate((*op.operands, *op.results)) if v in fusing[op.id])
+        out[op.id] = classes.setdefault((c, where), len(classes))
     return out
 
 

@@ -87,7 +87,13 @@ class State:
 
     @classmethod
     def initial(cls, program) -> State:
-        shardings = {v.id: canonical(Sharding.unsharded(v.shape, v.dtype)) for v in program.values}
+        whole: dict = {}  # (shape, dtype) -> its unsharded sharding, made once
+        shardings = {}
+        for v in program.values:
+            s = whole.get((v.shape, v.dtype))
+            if s is None:
+                s = whole[v.shape, v.dtype] = canonical(Sharding.unsharded(v.shape, v.dtype))
+            shardings[v.id] = s
         return cls(MappingProxyType(shardings), MappingProxyType({}))
 
     def __getitem__(self, value_id: int) -> Sharding:

@@ -18,6 +18,7 @@ import ipywidgets as w
 from workbench.core import hardware as presets
 from workbench.core.errors import WorkbenchError
 from workbench.core.export import to_json
+from workbench.core.gcpause import without_gc
 from workbench.core.ir.capture import capture
 from workbench.core.ir.program import Program
 from workbench.core.session import Session
@@ -45,18 +46,25 @@ from workbench.widgets.graphpanel import GraphPanel
 
 CALIBRATED = "calibrated: the attached devices"
 EXPORTS = ("Python", "plain JAX", "JSON")
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 
 def _display(out: w.Output, fig) -> None:
-    """Show ``fig`` in ``out`` (in a kernel; outside one there is no screen to show it on)."""
+    """Show ``fig`` in ``out`` (in a kernel; outside one there is no screen to show it on).
+
+    Sent as plotly's own mime type, which JupyterLab's plotly extension draws. Going
+    through ``fig.show()`` instead would import plotly's renderer registry, and with it
+    nbformat and jsonschema: about 2 s on the first chart of a session."""
     from IPython import get_ipython
     from IPython.display import display
+    from plotly.io import to_json
 
     if get_ipython() is None:
         return
+    bundle = {PLOTLY_MIME: json.loads(to_json(fig, validate=False, remove_uids=False))}
     with out:
         out.clear_output(wait=True)
-        display(fig)
+        display(bundle, raw=True)
 
 
 class Workbench(w.VBox):
@@ -68,6 +76,7 @@ class Workbench(w.VBox):
     The session is ``.session``; the figures last drawn are in ``.figures``.
     """
 
+    @without_gc  # a 70B step's objects make each full collection cost a tenth of a second
     def __init__(
         self,
         fn,
@@ -204,6 +213,7 @@ class Workbench(w.VBox):
         """``step(session)`` moves along the history (undo, redo, reset, jump)."""
         return self.redraw(what, lambda: step(self.session), everything=True)
 
+    @without_gc
     def redraw(self, what: str, action, *, everything: bool = False) -> bool:
         """Run ``action`` then redraw (every view, or none beyond what ``action`` drew);
         a failure shows in the error line. True if both went through."""

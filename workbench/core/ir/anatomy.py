@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from workbench.core.gcpause import without_gc
 from workbench.core.ir.dims import DimClasses, dimension_classes
 from workbench.core.ir.dtypes import is_extended
 from workbench.core.ir.report import Finding, report
@@ -235,6 +236,7 @@ class Anatomy:
         return (*self.state.get(param, ()), *self.updates.get(param, ()))
 
 
+@without_gc
 def build_anatomy(program) -> Anatomy:
     """Read the roles of ``program``'s values (see the module docstring)."""
     values, ops = program.values, program.ops
@@ -316,13 +318,13 @@ def build_anatomy(program) -> Anatomy:
             if i not in key_set and program.users[i] and phase_readers[i] == {"optimizer"}
         }
     )
-    param_set = set(parameters)
+    param_set, optimizer_set = set(parameters), set(optimizer_state)
     data_inputs = [
         i
         for i in program.inputs
         if i not in param_set
         and i not in key_set
-        and i not in set(optimizer_state)
+        and i not in optimizer_set
         and values[i].shape
         and phase_readers[i] & {"forward", "backward"}
     ]

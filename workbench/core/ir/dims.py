@@ -53,6 +53,18 @@ class DimClasses:
         return len(set(self.cls))
 
 
+def _majors(mapping) -> tuple[tuple[int, int, int], ...]:
+    """``(tensor position, dim, factor)`` of each dimension of an op whose major factor
+    is not of size 1, in tensor order; the same for every op with this mapping."""
+    dims = (*mapping.operands, *mapping.results)
+    return tuple(
+        (t, d, factors[0])
+        for t, tdims in enumerate(dims)
+        for d, factors in enumerate(tdims)
+        if factors and mapping.sizes[factors[0]] != 1
+    )
+
+
 def dimension_classes(program) -> DimClasses:
     """The dimension classes of ``program``: one pass over its ops' factor mappings."""
     values = program.values
@@ -60,30 +72,47 @@ def dimension_classes(program) -> DimClasses:
     for v in values:
         base.append(n)
         n += len(v.shape)
-    uf = UnionFind(n)
+    parent = list(range(n))  # union-find, the smaller root wins
+
+    def find(x: int) -> int:
+        root = x
+        while parent[root] != root:
+            root = parent[root]
+        while parent[x] != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    patterns: dict[int, tuple] = {}  # per class of ops alike, its majors
     majors: list[list[tuple[int, int]]] = []  # per op, (factor, node) of each major dim
-    for op, mapping in zip(program.ops, program.mappings):
+    for op, alike, mapping in zip(program.ops, program.alike, program.mappings):
+        pattern = patterns.get(alike)
+        if pattern is None:
+            pattern = patterns[alike] = _majors(mapping)
         tensors = (*op.linked_operands, *op.linked_results)
-        dims = (*mapping.operands, *mapping.results)
         first: dict[int, int] = {}
         seen = []
-        for t, tdims in zip(tensors, dims):
-            if not isinstance(t, int):
+        for t, d, f in pattern:
+            v = tensors[t]
+            if not isinstance(v, int):
                 continue
-            b = base[t]
-            for d, factors in enumerate(tdims):
-                if not factors or mapping.sizes[factors[0]] == 1:
-                    continue
-                f, node = factors[0], b + d
-                seen.append((f, node))
-                if f in first:
-                    uf.union(first[f], node)
-                else:
-                    first[f] = node
+            node = base[v] + d
+            seen.append((f, node))
+            other = first.setdefault(f, node)
+            if other != node:
+                ra, rb = find(other), find(node)
+                if ra != rb:
+                    if ra < rb:
+                        ra, rb = rb, ra
+                    parent[ra] = rb
         majors.append(seen)
-    cls = tuple(uf.find(i) for i in range(n))
+    # every link points to a smaller node, so one pass upward resolves each node's root
+    for i in range(n):
+        parent[i] = parent[parent[i]]
+    cls = tuple(parent)
     conflicts: dict[int, list[int]] = {}
     for oid, seen in enumerate(majors):
+        if len(seen) < 2:
+            continue
         by_class: dict[int, int] = {}
         for f, node in seen:
             c = cls[node]

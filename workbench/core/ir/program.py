@@ -200,11 +200,55 @@ class Program:
         return self.users[value_id] + self.writers[value_id]
 
     @cached_property
+    def alike(self) -> tuple[int, ...]:
+        """Per op, its class of ops alike: one primitive, equal params, equal operand and
+        result types (known literal values included). The ops of repeated layers are alike,
+        so what depends on nothing else (a factor mapping, a cost) is computed once per
+        class. Ops whose params cannot be hashed are each a class of their own."""
+        values, scalars = self.values, self.scalars
+        plain = [(v.shape, v.dtype) for v in values]  # a value's key without a known literal
+
+        def operand_key(v) -> tuple:
+            if isinstance(v, int) and v not in scalars:
+                return plain[v]
+            t = self.operand_type(v)
+            return (
+                t.shape,
+                t.dtype,
+                None if t.literal is None else np.asarray(t.literal).tobytes(),
+            )
+
+        classes: dict = {}
+        params: dict = {}  # params -> a number, so each distinct params is hashed once here
+        out = []
+        for op in self.ops:
+            try:
+                p = params.setdefault(tuple(sorted(op.params.items())), len(params))
+            except TypeError:  # params only this op has (arrays, callables)
+                p = ("op", op.id)
+            key = (
+                op.primitive,
+                p,
+                tuple(operand_key(v) for v in op.linked_operands),
+                tuple(plain[v] for v in op.linked_results),
+            )
+            out.append(classes.setdefault(key, len(classes)))
+        return tuple(out)
+
+    @cached_property
     def mappings(self) -> tuple[FactorMapping, ...]:
-        """Each op's factor mapping, computed once from its sharding rule."""
+        """Each op's factor mapping from its sharding rule, computed once per class of ops
+        alike (``alike``)."""
         from workbench.core.rules import mapping_of
 
-        return tuple(mapping_of(self, op) for op in self.ops)
+        first: dict[int, FactorMapping] = {}
+        out = []
+        for op, c in zip(self.ops, self.alike):
+            mapping = first.get(c)
+            if mapping is None:
+                mapping = first[c] = mapping_of(self, op)
+            out.append(mapping)
+        return tuple(out)
 
     def anatomy(self):
         """What the program is made of, read from its structure (``ir.anatomy``); built once."""
