@@ -64,6 +64,9 @@ def test_tour_in_browser(lab_server, browser_page, page_log, tmp_path):
     wait_for_workbench(page)
     start = timed("the widget", wait_settled, page)
     check_sound(start, "after run-all")
+    charts = page.locator(".wb-workbench .js-plotly-plot")
+    charts.first.wait_for(timeout=60_000)
+    assert charts.count() >= 3, f"the estimate's charts are not drawn: {charts.count()} plots"
 
     bp = timed("BP", click_strategy, page, "BP")
     check_sound(bp, "after BP")

@@ -348,6 +348,7 @@ def capture(fn: Callable, *args, **kwargs) -> Program:
             "under jax.jit."
         ) from err
 
+    closed = _without_dead_code(closed)
     out_paths, out_tree = jax.tree_util.tree_flatten_with_path(out_shape)
     output_names = tuple(("out/" + _path_text(p)).rstrip("/") for p, _ in out_paths)
 
@@ -393,6 +394,19 @@ def capture(fn: Callable, *args, **kwargs) -> Program:
         fn=fn,
         name=getattr(fn, "__name__", "program"),
     )
+
+
+def _without_dead_code(closed):
+    """``closed`` without the equations nothing it returns depends on, as XLA compiles it.
+    JAX's loop autodiff leaves some: the backward scan of a step can carry a constant no
+    iteration reads (a score-sized zero broadcast), which would otherwise be planned, held
+    and priced. Inputs are all kept; effects are kept."""
+    try:
+        from jax._src.interpreters.partial_eval import dce_jaxpr
+    except ImportError:  # a JAX without it: the program keeps its dead code
+        return closed
+    jaxpr, _ = dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars), instantiate=True)
+    return closed.replace(jaxpr=jaxpr)
 
 
 def _with_phases(ops: list[Op], body: list[int], values: list[dict]) -> tuple[Op, ...]:
