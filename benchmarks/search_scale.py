@@ -11,6 +11,9 @@ search and the replay of its decisions) and its evaluations.
 The batch of 64 does not divide 2,048 ways, so BP("data") alone tiles nothing here: the
 experts split the data inputs on their sequence dim (``BP("data", dim=1)``), as a user must.
 
+``--remat`` recomputes each block in the backward pass (``jax.checkpoint``), as 70B models
+are trained: without it, no plan of the 80-layer step fits an H100.
+
 Target (issue "Auto at scale"): at 80 layers, within 120 s, a plan that fits whose step
 time is within 10% of the best expert composition's.
 
@@ -47,8 +50,9 @@ def cell(e) -> str:
     return f"{format_seconds(e.step_s)}/{format_bytes(e.memory.peak)}"
 
 
-def one(layers: int, seconds: float, batch: int) -> list:
-    ex = build("lm", lm.Config.preset("huge", n_layers=layers, batch=batch), abstract=True)
+def one(layers: int, seconds: float, batch: int, remat: bool = False) -> list:
+    config = lm.Config.preset("huge", n_layers=layers, batch=batch, remat=remat)
+    ex = build("lm", config, abstract=True)
     program = wb.capture(ex.fn, *ex.args)
     mesh = wb.Mesh(MESH)
     limit = hw.H100.memory_bytes
@@ -88,13 +92,17 @@ def main():
     parser.add_argument("--layers", type=int, nargs="+", default=[8, 16, 24, 80])
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--batch", type=int, default=64, help="sequences of 4,096 tokens")
+    parser.add_argument(
+        "--remat", action="store_true", help="the step recomputes each block in the backward pass"
+    )
     args = parser.parse_args()
     rows = []
     for layers in args.layers:
-        rows.append(one(layers, args.seconds, args.batch))
+        rows.append(one(layers, args.seconds, args.batch, args.remat))
         print(f"measured {layers} layers", flush=True)
     print(
-        f"\n70B-shaped LM on {MESH}, H100 preset (memory limit "
+        f"\n70B-shaped LM{' with remat' if args.remat else ''} on {MESH}, {args.batch} "
+        f"sequences, H100 preset (memory limit "
         f"{format_bytes(hw.H100.memory_bytes)}); {_common.machine()}\n"
     )
     print(

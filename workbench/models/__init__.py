@@ -11,6 +11,7 @@ Every model module has a frozen ``Config`` with presets ("tiny", "small", "large
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -124,7 +125,10 @@ def build(
             f"build it with abstract=True to plan from shapes, or pick a smaller preset."
         )
     args = shapes if abstract else make()
-    return Example(name, model.step, args, config, model.description)
+    step = model.step
+    if getattr(config, "remat", False):  # the step recomputes its blocks in the backward pass
+        step = functools.update_wrapper(functools.partial(step, remat=True), step)
+    return Example(name, step, args, config, model.description)
 
 
 __all__ = ["ZOO", "ConfigError", "Example", "Model", "build", "cnn", "gnn", "lm", "mlp", "names"]

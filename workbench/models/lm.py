@@ -12,6 +12,7 @@ Shapes (D=d_model, H=n_heads, K=d_head, F=d_ff, V=vocab): ``embed`` [V, D]; per 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
@@ -38,6 +39,9 @@ class Config(Presets):
     # mixed precision: parameters and gradients in ``dtype``, Adam's moments and a master
     # copy of the parameters in float32 (2 + 2 + 12 bytes a parameter in bfloat16)
     master_weights: bool = False
+    # rematerialise each block in the backward pass (``jax.checkpoint``): only the blocks'
+    # inputs are kept from the forward pass, as large models are trained
+    remat: bool = False
 
     PRESETS: ClassVar = {
         "tiny": {},
@@ -194,25 +198,26 @@ def block(p: dict, x: jax.Array) -> jax.Array:
     return x + m
 
 
-def _unrolled(layers: list, x: jax.Array) -> jax.Array:
+def _unrolled(layers: list, x: jax.Array, run_block) -> jax.Array:
     for i, p in enumerate(layers):
         with jax.named_scope(f"layer{i}"):
-            x = block(p, x)
+            x = run_block(p, x)
     return x
 
 
-def _scanned(layers: dict, x: jax.Array) -> jax.Array:
+def _scanned(layers: dict, x: jax.Array, run_block) -> jax.Array:
     with jax.named_scope("layers"):
-        x, _ = jax.lax.scan(lambda h, p: (block(p, h), None), x, layers)
+        x, _ = jax.lax.scan(lambda h, p: (run_block(p, h), None), x, layers)
     return x
 
 
-def loss_fn(params: dict, batch: dict) -> jax.Array:
-    """Next-token cross-entropy. Stacked layers (a dict) run under scan, a list unrolled."""
+def loss_fn(params: dict, batch: dict, *, remat: bool = False) -> jax.Array:
+    """Next-token cross-entropy. Stacked layers (a dict) run under scan, a list unrolled;
+    ``remat`` recomputes each block in the backward pass."""
     with jax.named_scope("embed"):
         x = params["embed"][batch["tokens"]]
     run = _unrolled if isinstance(params["layers"], list | tuple) else _scanned
-    x = run(params["layers"], x)
+    x = run(params["layers"], x, jax.checkpoint(block) if remat else block)
     with jax.named_scope("ln_f"):
         x = layer_norm(params["ln_f"], x)
     with jax.named_scope("loss"):
@@ -246,14 +251,15 @@ def adam(params, grads, opt_state, *, learning_rate, b1=0.9, b2=0.999, eps=1e-8)
 
 
 def train_step(
-    params: dict, opt_state: dict, batch: dict, *, learning_rate: float = 3e-3
+    params: dict, opt_state: dict, batch: dict, *, learning_rate: float = 3e-3, remat: bool = False
 ) -> StepOutput:
     """One Adam step on next-token cross-entropy; gradients are tagged ``grads/<param path>``.
 
     Unrolled or scanned follows the parameters: a list of layers (``init``) or stacked
-    layers (``init_scan``).
+    layers (``init_scan``). ``remat`` recomputes each block in the backward pass
+    (``Config.remat``; ``build`` passes it).
     """
-    loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+    loss, grads = jax.value_and_grad(functools.partial(loss_fn, remat=remat))(params, batch)
     grads = wb.tag(grads, "grads")
     params, opt_state = adam(params, grads, opt_state, learning_rate=learning_rate)
     return StepOutput(params, opt_state, loss)
