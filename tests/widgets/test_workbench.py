@@ -72,6 +72,27 @@ def test_strategy_buttons_apply_undo_and_redo(bench):
     assert bench.session.step == 2 and views(bench) == after_mp
 
 
+def test_the_charts_follow_the_first_drawing_in_the_page(program, monkeypatch):
+    from workbench.widgets import workbench as module
+
+    shown = []
+    monkeypatch.setattr(module, "_display", lambda out, fig: shown.append((out, fig)))
+    bench = Workbench(program, mesh=MESH, hardware=hw.TPU_V5E)
+    assert shown == []  # held back: the page draws the widget without waiting for plotly.js
+    bench.graph_panel.view._message(bench.graph_panel.view, {"event": "drawn"}, [])
+    keys = ("time", "memory", "schedule")
+    assert shown == [
+        (bench.time_chart, bench.figures["time"]),
+        (bench.memory_chart, bench.figures["memory"]),
+        (bench.schedule_chart, bench.figures["schedule"]),
+    ]
+    shown.clear()
+    bench.graph_panel.view._message(bench.graph_panel.view, {"event": "drawn"}, [])
+    assert shown == []  # sent once
+    bench.strategies.buttons["BP"].click()
+    assert [fig for _, fig in shown] == [bench.figures[k] for k in keys]  # then at each step
+
+
 def test_strategy_axis_override(bench):
     bench.strategies.axis.value = "model"
     bench.strategies.buttons["BP"].click()

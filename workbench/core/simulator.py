@@ -208,12 +208,13 @@ def _full_inputs(program, op) -> int:
     """How many of ``op``'s operands are arrays of its own rank read element for element:
     not literals, scalars or broadcasts (through bitcasts), which a fused kernel reads from
     registers or the caches."""
-    rank = max((len(program.values[r].type.shape) for r in op.results), default=0)
+    values = program.values
+    rank = max((len(values[r].shape) for r in op.results), default=0)
     full = 0
     for u in op.operands:
         if not isinstance(u, int):
             continue
-        shape = program.values[u].type.shape
+        shape = values[u].shape
         made = program.values[u].producer
         while made is not None and program.ops[made].primitive in FREE:
             first = program.ops[made].operands[0]

@@ -63,6 +63,7 @@ class GraphPanel:
         self.view.add_class("wb-graph")
         self.view.on("click", lambda m: bench.redraw("click the graph", lambda: self.click(m)))
         self.view.on("search", lambda m: bench.redraw("find", lambda: self.search(m["text"])))
+        self.view.on("drawn", lambda _: bench.show_charts())  # the page has drawn the widget
         self.why = w.HTML()
         self.why.add_class("wb-graph-why")
         self.box = w.VBox(

@@ -219,6 +219,10 @@ function render({ model, el: root }) {
     if (frames !== model.get("frames")) resetReplay(); else placeReplay();
     root.dataset.drawMs = (performance.now() - drawStart).toFixed(1); // for the benchmark
     root.dataset.draws = String(Number(root.dataset.draws || 0) + 1);
+    if (root.dataset.draws === "1") {
+      // once the page has painted it, the kernel sends the Workbench's charts
+      requestAnimationFrame(() => requestAnimationFrame(() => model.send({ event: "drawn" })));
+    }
   }
 
   function select() {

@@ -51,8 +51,8 @@ class GraphView(anywidget.AnyWidget):
         self.on_msg(self._message)
 
     def on(self, event: str, handler: Callable[[dict], None]) -> None:
-        """Call ``handler(message)`` on ``event``: ``"click"`` (``id``: the element) or
-        ``"search"`` (``text``)."""
+        """Call ``handler(message)`` on ``event``: ``"click"`` (``id``: the element),
+        ``"search"`` (``text``) or ``"drawn"`` (a view's first drawing)."""
         self._handlers[event] = handler
 
     def _message(self, _widget, content: dict, _buffers) -> None:

@@ -93,6 +93,8 @@ class Workbench(w.VBox):
         self.hardware = hardware or presets.H100
         self.overlap = overlap
         self.figures: dict = {}
+        self._opening = True  # the first drawing holds its charts back (``show_charts``)
+        self._pending_charts: tuple = ()
         self.last_error: BaseException | None = None
         self._calibrated = None
         self._run_for = None  # the state the run panel's result is for
@@ -203,6 +205,7 @@ class Workbench(w.VBox):
         )
         self.add_class("wb-workbench")
         self.redraw("draw the workbench", lambda: None, everything=True)
+        self._opening = False
 
     # -- actions ---------------------------------------------------------------------------
     def act(self, what: str, make_tactic) -> bool:
@@ -269,12 +272,24 @@ class Workbench(w.VBox):
         self.figures["time"] = time_breakdown(e)
         self.figures["memory"] = memory_breakdown(e)
         self.figures["schedule"] = schedule_estimates(steps, schedule_labels(s))
-        for out, key in (
-            (self.time_chart, "time"),
-            (self.memory_chart, "memory"),
-            (self.schedule_chart, "schedule"),
-        ):
-            _display(out, self.figures[key])
+        charts = (
+            (self.time_chart, self.figures["time"]),
+            (self.memory_chart, self.figures["memory"]),
+            (self.schedule_chart, self.figures["schedule"]),
+        )
+        if self._opening:  # the page draws the widget first, then the charts
+            self._pending_charts = charts
+            return
+        for chart in charts:
+            _display(*chart)
+
+    def show_charts(self) -> None:
+        """Send the charts the opening held back. The graph panel calls this when the page
+        has first drawn it: sent with the widget, the first plotly chart would hold up the
+        whole widget while the page loads plotly.js (2 to 3 s on a two-core machine)."""
+        charts, self._pending_charts = self._pending_charts, ()
+        for chart in charts:
+            _display(*chart)
 
     def draw_inspector(self) -> None:
         name = self.inspect_value.value.strip()

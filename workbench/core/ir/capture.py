@@ -8,6 +8,8 @@ Names:
   ops of the backward pass are prefixed ``bwd/``;
 - values inside a loop body under the loop op's name: ``transformer/scan.0/blk/mlp/tanh.0``,
   and its inputs by role and the outer value they stand for: ``scan.0/x[params/layers/wq]``.
+
+Dead code is dropped first, as XLA drops it (``_without_dead_code``).
 """
 
 from __future__ import annotations
