@@ -33,6 +33,14 @@ class UnionFind:
                 ra, rb = rb, ra
             self.parent[ra] = rb
 
+    def roots(self) -> tuple[int, ...]:
+        """Every node's root (the smallest node of its set). Links only ever point to a
+        smaller node, so one pass upward resolves them all."""
+        parent = self.parent
+        for i in range(len(parent)):
+            parent[i] = parent[parent[i]]
+        return tuple(parent)
+
 
 @dataclass(frozen=True, slots=True)
 class DimClasses:
@@ -72,16 +80,8 @@ def dimension_classes(program) -> DimClasses:
     for v in values:
         base.append(n)
         n += len(v.shape)
-    parent = list(range(n))  # union-find, the smaller root wins
-
-    def find(x: int) -> int:
-        root = x
-        while parent[root] != root:
-            root = parent[root]
-        while parent[x] != root:
-            parent[x], x = root, parent[x]
-        return root
-
+    uf = UnionFind(n)
+    union = uf.union
     patterns: dict[int, tuple] = {}  # per class of ops alike, its majors
     majors: list[list[tuple[int, int]]] = []  # per op, (factor, node) of each major dim
     for op, alike, mapping in zip(program.ops, program.alike, program.mappings):
@@ -99,16 +99,9 @@ def dimension_classes(program) -> DimClasses:
             seen.append((f, node))
             other = first.setdefault(f, node)
             if other != node:
-                ra, rb = find(other), find(node)
-                if ra != rb:
-                    if ra < rb:
-                        ra, rb = rb, ra
-                    parent[ra] = rb
+                union(other, node)
         majors.append(seen)
-    # every link points to a smaller node, so one pass upward resolves each node's root
-    for i in range(n):
-        parent[i] = parent[parent[i]]
-    cls = tuple(parent)
+    cls = uf.roots()
     conflicts: dict[int, list[int]] = {}
     for oid, seen in enumerate(majors):
         if len(seen) < 2:
