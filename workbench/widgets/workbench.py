@@ -94,7 +94,8 @@ class Workbench(w.VBox):
         self.overlap = overlap
         self.figures: dict = {}
         self._opening = True  # the first drawing holds its charts back (``show_charts``)
-        self._pending_charts: tuple = ()
+        self._charts_held = False
+        self._charts_for: tuple = ()  # (estimates over the schedule, their labels)
         self.last_error: BaseException | None = None
         self._calibrated = None
         self._run_for = None  # the state the run panel's result is for
@@ -269,27 +270,33 @@ class Workbench(w.VBox):
         steps = estimates_over_schedule(s, hw, overlap=self.overlap)
         e = self.estimate = steps[-1]  # the current step's
         self.summary.value = render.estimate(e)
-        self.figures["time"] = time_breakdown(e)
-        self.figures["memory"] = memory_breakdown(e)
-        self.figures["schedule"] = schedule_estimates(steps, schedule_labels(s))
-        charts = (
-            (self.time_chart, self.figures["time"]),
-            (self.memory_chart, self.figures["memory"]),
-            (self.schedule_chart, self.figures["schedule"]),
-        )
-        if self._opening:  # the page draws the widget first, then the charts
-            self._pending_charts = charts
+        self._charts_for = (steps, schedule_labels(s))
+        if self._opening:  # the page draws the widget first, then the charts (show_charts)
+            self._charts_held = True
             return
-        for chart in charts:
-            _display(*chart)
+        self.draw_charts()
+
+    def draw_charts(self) -> None:
+        steps, labels = self._charts_for
+        self._charts_held = False
+        self.figures["time"] = time_breakdown(steps[-1])
+        self.figures["memory"] = memory_breakdown(steps[-1])
+        self.figures["schedule"] = schedule_estimates(steps, labels)
+        for out, key in (
+            (self.time_chart, "time"),
+            (self.memory_chart, "memory"),
+            (self.schedule_chart, "schedule"),
+        ):
+            _display(out, self.figures[key])
 
     def show_charts(self) -> None:
-        """Send the charts the opening held back. The graph panel calls this when the page
-        has first drawn it: sent with the widget, the first plotly chart would hold up the
-        whole widget while the page loads plotly.js (2 to 3 s on a two-core machine)."""
-        charts, self._pending_charts = self._pending_charts, ()
-        for chart in charts:
-            _display(*chart)
+        """Draw the charts the opening held back. The graph panel calls this when the page
+        has first painted it: sent with the widget, the first plotly chart would hold up
+        the whole widget while the page loads plotly.js (2 to 3 s on a two-core machine),
+        and building the figures (plotly's validators load on the first) would hold up
+        the kernel."""
+        if self._charts_held:
+            self.draw_charts()
 
     def draw_inspector(self) -> None:
         name = self.inspect_value.value.strip()
