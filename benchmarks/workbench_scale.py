@@ -2,12 +2,12 @@
 
 The zoo LM at the "huge" preset's widths (d 8192, 64 heads, ffn 28672, bf16 compute with
 f32 master weights and Adam), 2,048 sequences of 4,096 tokens, from shapes, 80 layers (or
-``--layers``), on a 2,048 x 4 mesh, in a notebook run in JupyterLab and driven in headless Chromium (Playwright), as the browser
-tests drive it. Opening is timed twice: the notebook cell that builds and shows the Workbench,
-in the kernel, and from the start of that cell until the page shows the widget with its
-estimate, collective table and graph drawn, and until its charts are drawn (the kernel's
-and the browser's clocks, on one machine). Timed in the page: from the click on a button until the widget has answered
-with everything the step changes (not busy; the status line and the estimate changed, the
+``--layers``), on a 2,048 x 4 mesh, in a notebook run in JupyterLab and driven in headless
+Chromium (Playwright), as the browser tests drive it. Opening is timed twice: the notebook
+cell that builds and shows the Workbench, in the kernel, and from the start of that cell
+until the page shows the widget with its estimate, collective table and graph drawn, and
+until its charts are drawn (the kernel's and the browser's clocks, on one machine). Timed
+in the page: from the click on a button until the widget has answered with everything the step changes (not busy; the status line and the estimate changed, the
 graph panel redrawn, and the collective table, sent in the same update), to the second
 animation frame after it. The run-all is timed until the widget is on the page and settled.
 
@@ -79,8 +79,8 @@ async ([root, selector]) => {
 
 # Installed before the page loads: the wall-clock times at which a Workbench is first on the
 # page with everything a step shows (not busy; the estimate, the collective table and a drawn
-# graph), and at which its three charts are drawn (they follow: see the Workbench's
-# ``_after_the_cell``), checked every 10 ms.
+# graph), and at which its three charts are drawn (they follow: see
+# ``Workbench.show_charts``), checked every 10 ms.
 WATCH_JS = """
 (() => {
   // the frame that paints it (a later one may wait while the page loads plotly.js)

@@ -27,8 +27,9 @@ def test_remat_recomputes_the_blocks_forward_ops_in_the_backward_pass():
     def matmuls(program, phase):
         return sum(op.primitive == "dot_general" and op.phase == phase for op in program.ops)
 
-    plain = wb.capture(*_fn_args(build("lm", "tiny")))
-    remat = wb.capture(*_fn_args(build("lm", "tiny", remat=True)))
+    plain, remat = (
+        wb.capture(ex.fn, *ex.args) for ex in (build("lm", "tiny"), build("lm", "tiny", remat=True))
+    )
     assert matmuls(remat, "forward") == matmuls(plain, "forward")
     # each block's forward matmuls run again before its backward ones, but for those whose
     # results the backward pass does not read (dead code, which capture drops)
@@ -60,7 +61,3 @@ def test_the_estimate_trades_flops_for_memory(name):
     plain, remat = estimates[False], estimates[True]
     assert 1.1 < remat.flops / plain.flops < 1.4  # about one more forward pass of the blocks
     assert remat.memory.peak < 0.5 * plain.memory.peak
-
-
-def _fn_args(ex):
-    return (ex.fn, *ex.args)

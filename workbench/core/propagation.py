@@ -45,7 +45,8 @@ def op_index(program) -> tuple[OpIndex, ...]:
     for op, c in zip(program.ops, program.alike):
         parts = shared.get(c)
         if parts is None:
-            mapping = mappings.setdefault(program.mappings[op.id], program.mappings[op.id])
+            mapping = program.mappings[op.id]
+            mapping = mappings.setdefault(mapping, mapping)
             dims = (*mapping.operands, *mapping.results)
             where: dict[int, list] = {}
             for t, tdims in enumerate(dims):

@@ -215,10 +215,10 @@ def _full_inputs(program, op) -> int:
         if not isinstance(u, int):
             continue
         shape = values[u].shape
-        made = program.values[u].producer
+        made = values[u].producer
         while made is not None and program.ops[made].primitive in FREE:
             first = program.ops[made].operands[0]
-            made = program.values[first].producer if isinstance(first, int) else None
+            made = values[first].producer if isinstance(first, int) else None
         if made is not None and program.ops[made].primitive in ("broadcast_in_dim", "iota"):
             continue
         if math.prod(shape) > 1 and len(shape) >= rank:

@@ -63,7 +63,9 @@ class GraphPanel:
         self.view.add_class("wb-graph")
         self.view.on("click", lambda m: bench.redraw("click the graph", lambda: self.click(m)))
         self.view.on("search", lambda m: bench.redraw("find", lambda: self.search(m["text"])))
-        self.view.on("drawn", lambda _: bench.show_charts())  # the page has drawn the widget
+        # the page has painted the widget: the charts the opening held back follow (not
+        # through ``redraw``, which would clear an error the opening showed)
+        self.view.on("drawn", lambda _: bench.show_charts())
         self.why = w.HTML()
         self.why.add_class("wb-graph-why")
         self.box = w.VBox(
