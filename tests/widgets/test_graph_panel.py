@@ -6,15 +6,17 @@ import html
 import pytest
 
 import workbench as wb
-from tests.widgets.conftest import MESH
+from tests.widgets.conftest import MESH, on_page
 from workbench.core import hardware as hw
 from workbench.widgets import Workbench
 
 
 @pytest.fixture
 def bench(program):
-    return Workbench(
-        program, mesh=MESH, hardware=hw.TPU_V5E, schedule=[wb.BP("batch"), wb.MP("model")]
+    return on_page(
+        Workbench(
+            program, mesh=MESH, hardware=hw.TPU_V5E, schedule=[wb.BP("batch"), wb.MP("model")]
+        )
     )
 
 

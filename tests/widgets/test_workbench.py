@@ -11,17 +11,18 @@ import jax.numpy as jnp
 import pytest
 
 import workbench as wb
-from tests.widgets.conftest import MESH
+from tests.widgets.conftest import MESH, on_page
 from workbench.core import hardware as hw
 from workbench.core.errors import WorkbenchError
 from workbench.core.strategies import suggested_axis
 from workbench.models import build
 from workbench.widgets import Workbench, render
+from workbench.widgets.controls import OFFERED
 
 
 @pytest.fixture
 def bench(program):
-    return Workbench(program, mesh=MESH, hardware=hw.TPU_V5E, auto_budget=8)
+    return on_page(Workbench(program, mesh=MESH, hardware=hw.TPU_V5E, auto_budget=8))
 
 
 def views(b):
@@ -72,15 +73,23 @@ def test_strategy_buttons_apply_undo_and_redo(bench):
     assert bench.session.step == 2 and views(bench) == after_mp
 
 
-def test_the_charts_follow_the_first_drawing_in_the_page(program, monkeypatch):
+def test_the_graph_and_charts_follow_once_the_page_shows_the_widget(program, monkeypatch):
     from workbench.widgets import workbench as module
 
     shown = []
     monkeypatch.setattr(module, "_display", lambda out, fig: shown.append((out, fig)))
-    bench = Workbench(program, mesh=MESH, hardware=hw.TPU_V5E)
-    # held back: the page draws the widget without waiting for plotly.js
+    bench = Workbench(program, mesh=MESH, hardware=hw.TPU_V5E, schedule=[wb.BP("batch")])
+    # the page gets the schedule, the estimate and the collective table first
+    assert "step 1 of 1" in bench.status.value and "all-reduce" in bench.table.value
+    assert bench.summary.value == render.estimate(bench.session.estimate(hw.TPU_V5E))
+    # held back: the graph (``dot``) and the charts (plotly.js) would hold the page up
     assert shown == [] and "time" not in bench.figures
-    bench.graph_panel.view._message(bench.graph_panel.view, {"event": "drawn"}, [])
+    assert bench.graph.svg == "" and bench.graph_panel.picture is None
+    bench.inspect_value.value = program.values[0].name  # nothing to mark yet: no error
+    assert not bench.error.value and program.values[0].name in bench.inspector.value
+    shown.clear()  # the inspector's grid
+    on_page(bench)
+    assert bench.graph.svg.startswith("<svg") and bench.graph_panel.replay_step.value == 1
     keys = ("time", "memory", "schedule")
     assert shown == [
         (bench.time_chart, bench.figures["time"]),
@@ -88,10 +97,20 @@ def test_the_charts_follow_the_first_drawing_in_the_page(program, monkeypatch):
         (bench.schedule_chart, bench.figures["schedule"]),
     ]
     shown.clear()
-    bench.graph_panel.view._message(bench.graph_panel.view, {"event": "drawn"}, [])
-    assert shown == []  # sent once
+    svg = bench.graph.svg
+    on_page(bench)  # a second view of the widget
+    assert shown == [] and bench.graph.svg == svg  # drawn once
     bench.strategies.buttons["BP"].click()
-    assert [fig for _, fig in shown] == [bench.figures[k] for k in keys]  # then at each step
+    assert [fig for _, fig in shown[:3]] == [bench.figures[k] for k in keys]  # then each step
+
+
+def test_a_step_before_the_page_shows_the_widget_draws_the_graph(program):
+    bench = Workbench(program, mesh=MESH, hardware=hw.TPU_V5E)
+    bench.strategies.buttons["BP"].click()
+    assert bench.graph.svg.startswith("<svg") and not bench.graph_panel.held
+    svg = bench.graph.svg
+    on_page(bench)
+    assert bench.graph.svg == svg and not bench.error.value
 
 
 def test_strategy_axis_override(bench):
@@ -179,8 +198,25 @@ def test_inspector_shows_the_engine_answers(bench):
     assert render.esc(s.sharding(name)) in bench.inspector.value
     assert render.esc(str(s.why(name)).splitlines()[1].strip()) in bench.inspector.value
     assert bench.figures["grid"].data
+    # the field's value follows each keystroke: a name not (yet) a value is a note, no error
     bench.inspect_value.value = "params/nope"
-    assert "params/nope" in bench.error.value
+    assert "params/nope" in bench.inspector.value and not bench.error.value
+
+
+def test_name_fields_offer_the_names_that_contain_what_is_typed(bench):
+    names = bench.session.program.names()
+    fields = (bench.builder.value, bench.inspect_value, bench.anatomy.selector)
+    for field in fields:
+        assert list(field.options) == names[:OFFERED]  # inputs first
+        field.value = "attn/wo"
+        assert list(field.options) == [n for n in names if "attn/wo" in n][:OFFERED]
+        assert 0 < len(field.options) <= OFFERED
+        field.value = ""
+        assert list(field.options) == names[:OFFERED]
+    bench.builder.value.value = "params/layers/0/attn/wo"  # then apply with no Enter
+    bench.builder.axis.value = "model"
+    bench.builder.apply_button.click()
+    assert str(bench.session.history[-1]).startswith("Tile('params/layers/0/attn/wo'")
 
 
 def test_export_kinds(bench):

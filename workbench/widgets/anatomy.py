@@ -13,7 +13,7 @@ import ipywidgets as w
 from workbench.core.strategies import ROLES, Role
 from workbench.viz import anatomy_html, anatomy_rows
 from workbench.widgets import render
-from workbench.widgets.controls import button, heading
+from workbench.widgets.controls import button, heading, name_field
 
 TITLE = "What the workbench sees in your model"
 HELP = (
@@ -30,12 +30,8 @@ class AnatomyPanel:
         self.bench = bench
         self.table = w.HTML()
         self.table.add_class("wb-anatomy")
-        self.selector = w.Combobox(
-            placeholder="the values to correct: a name, a glob (batch/*) or tag:name",
-            options=names,
-            ensure_option=False,
-            continuous_update=False,
-            layout=w.Layout(width="420px"),
+        self.selector = name_field(
+            names, "the values to correct: a name, a glob (batch/*) or tag:name", "420px"
         )
         self.selector.add_class("wb-role-selector")
         self.role = w.Dropdown(options=ROLES, value="data", description="role")

@@ -43,6 +43,7 @@ class GraphPanel:
         program = bench.session.program
         self.expanded: set[str] = set(default_expand(program))
         self.picture = None
+        self.held = False  # the opening's first drawing waits for the page (``hold``)
         self._layers = None  # viz.blocks.op_layers of the program, once
         self._replayed = (None, ())  # the state replayed, and its events
         self.collapse = w.Dropdown(options=COLLAPSE, value="blocks", description="fold by")
@@ -63,9 +64,8 @@ class GraphPanel:
         self.view.add_class("wb-graph")
         self.view.on("click", lambda m: bench.redraw("click the graph", lambda: self.click(m)))
         self.view.on("search", lambda m: bench.redraw("find", lambda: self.search(m["text"])))
-        # the page has painted the widget: the charts the opening held back follow (not
-        # through ``redraw``, which would clear an error the opening showed)
-        self.view.on("drawn", lambda _: bench.show_charts())
+        # the page shows the widget: the graph and charts the opening held back follow
+        self.view.on("shown", lambda _: bench.show_held())
         self.why = w.HTML()
         self.why.add_class("wb-graph-why")
         self.box = w.VBox(
@@ -80,8 +80,16 @@ class GraphPanel:
         )
 
     # -- drawing -----------------------------------------------------------------------------
+    def hold(self) -> None:
+        """Leave the panel empty (the page says it is drawing) until ``draw``."""
+        self.held = True
+        self.picture = None
+        self.view.svg = ""
+        self.replay_step.options = []
+
     @without_gc  # a 70B step's objects make each full collection cost a tenth of a second
     def draw(self, focus=None) -> None:
+        self.held = False
         s = self.bench.session
         blocks = self.collapse.value == "blocks"
         self.expand.layout.display = "none" if blocks else ""
@@ -136,7 +144,7 @@ class GraphPanel:
     def select(self, name: str) -> None:
         """Mark the value ``name`` in the graph (nothing if it is not a value)."""
         program = self.bench.session.program
-        vid = find_value(program, name, exact=True) if name else None
+        vid = find_value(program, name, exact=True) if name and self.picture else None
         ids = () if vid is None else value_elements(self.picture, program, vid)
         self.view.selected = list(ids)
 
@@ -176,7 +184,8 @@ class GraphPanel:
             self.why.value = render.note(f"no value named like {text.strip()!r}")
             return
         self.inspect(vid)
-        self.view.show(value_elements(self.picture, program, vid))
+        if self.picture is not None:  # not while the opening holds the graph back
+            self.view.show(value_elements(self.picture, program, vid))
 
 
 def _first_changed(picture) -> list[str]:

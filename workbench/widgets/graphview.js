@@ -34,6 +34,8 @@ function render({ model, el: root }) {
   const tip = el("div", "wb-gv-tip");
   tip.setAttribute("role", "tooltip");
   stage.appendChild(tip);
+  const waiting = el("div", "wb-gv-wait", "drawing the program graph…");
+  stage.appendChild(waiting);
   const replay = el("div", "wb-replay");
   root.append(bar, stage, replay);
 
@@ -183,7 +185,8 @@ function render({ model, el: root }) {
     const holder = document.createElement("div");
     holder.innerHTML = model.get("svg");
     svg = holder.querySelector("svg");
-    if (!svg) return;
+    waiting.style.display = svg ? "none" : "";
+    if (!svg) { start(); return; }
     svg.removeAttribute("width");
     svg.removeAttribute("height");
     svg.style.width = "100%";
@@ -203,9 +206,16 @@ function render({ model, el: root }) {
     start();
   }
 
+  let shown = false;
   function start() {
     // svg-pan-zoom measures the panel: wait until it is on the page with a size
-    if (pz || !svg || !stage.isConnected || stage.clientWidth === 0 || stage.clientHeight === 0) return;
+    if (!stage.isConnected || stage.clientWidth === 0 || stage.clientHeight === 0) return;
+    if (!shown) {
+      // once the page has painted the widget, the kernel draws what the opening held back
+      shown = true;
+      requestAnimationFrame(() => requestAnimationFrame(() => model.send({ event: "shown" })));
+    }
+    if (pz || !svg) return;
     pz = svgPanZoom(svg, {
       zoomEnabled: true, panEnabled: true, controlIconsEnabled: false, fit: false, center: false,
       minZoom: 0.01, maxZoom: 50, zoomScaleSensitivity: 0.25, dblClickZoomEnabled: false,
@@ -219,10 +229,6 @@ function render({ model, el: root }) {
     if (frames !== model.get("frames")) resetReplay(); else placeReplay();
     root.dataset.drawMs = (performance.now() - drawStart).toFixed(1); // for the benchmark
     root.dataset.draws = String(Number(root.dataset.draws || 0) + 1);
-    if (root.dataset.draws === "1") {
-      // once the page has painted it, the kernel sends the Workbench's charts
-      requestAnimationFrame(() => requestAnimationFrame(() => model.send({ event: "drawn" })));
-    }
   }
 
   function select() {

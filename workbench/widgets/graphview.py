@@ -52,7 +52,7 @@ class GraphView(anywidget.AnyWidget):
 
     def on(self, event: str, handler: Callable[[dict], None]) -> None:
         """Call ``handler(message)`` on ``event``: ``"click"`` (``id``: the element),
-        ``"search"`` (``text``) or ``"drawn"`` (a view's first drawing)."""
+        ``"search"`` (``text``) or ``"shown"`` (a view is first on the page, painted)."""
         self._handlers[event] = handler
 
     def _message(self, _widget, content: dict, _buffers) -> None:

@@ -41,6 +41,7 @@ from workbench.widgets.controls import (
     TacticBuilder,
     button,
     heading,
+    name_field,
 )
 from workbench.widgets.graphpanel import GraphPanel
 
@@ -90,10 +91,11 @@ class Workbench(w.VBox):
     ):
         program = fn if isinstance(fn, Program) else capture(fn, *args, **kwargs)
         self.session = Session(program, mesh, schedule)
+        self.names = program.names()  # what the name fields offer (``controls.name_field``)
         self.hardware = hardware or presets.H100
         self.overlap = overlap
         self.figures: dict = {}
-        self._opening = True  # the first drawing holds its charts back (``show_charts``)
+        self._opening = True  # the first drawing holds its graph and charts back (``show_held``)
         self._charts_held = False
         self._charts_for: tuple = ()  # (estimates over the schedule, their labels)
         self.last_error: BaseException | None = None
@@ -111,7 +113,7 @@ class Workbench(w.VBox):
         self.builder = TacticBuilder(self)
         self.auto = AutoPanel(self, auto_budget)
         self.history = HistoryPanel(self)
-        self.anatomy = AnatomyPanel(self, self.builder.value.options)
+        self.anatomy = AnatomyPanel(self, self.names)
 
         # the program graph: pan, zoom, fold, click, replay (see graphpanel.py)
         self.graph_panel = GraphPanel(self)
@@ -145,11 +147,7 @@ class Workbench(w.VBox):
         # the collective plan, the inspector, the run panel, the export panel
         self.table = w.HTML()
         self.table.add_class("wb-collectives")
-        self.inspect_value = w.Combobox(
-            placeholder="a value to inspect",
-            options=self.builder.value.options,
-            continuous_update=False,
-        )
+        self.inspect_value = name_field(self.names, "a value to inspect", "360px")
         self.inspect_value.observe(lambda _: self.redraw("inspect", self.draw_inspector), "value")
         self.inspector = w.HTML()
         self.inspector.add_class("wb-inspector")
@@ -255,6 +253,9 @@ class Workbench(w.VBox):
             self.run_result.value = render.note("Not run at this step yet.")
 
     def draw_graph(self) -> None:
+        if self._opening:  # the page shows the widget first, then the graph (show_held)
+            self.graph_panel.hold()
+            return
         self.graph_panel.draw()
 
     def inspect(self, name: str) -> None:
@@ -289,12 +290,19 @@ class Workbench(w.VBox):
         ):
             _display(out, self.figures[key])
 
-    def show_charts(self) -> None:
-        """Draw the charts the opening held back. The graph panel calls this when the page
-        has first painted it: sent with the widget, the first plotly chart would hold up
-        the whole widget while the page loads plotly.js (2 to 3 s on a two-core machine),
-        and building the figures (plotly's validators load on the first) would hold up
-        the kernel."""
+    def show_held(self) -> None:
+        """Draw what the opening held back; the graph panel calls this once the page shows
+        the widget. The schedule, estimate and collective table come first: the graph's
+        ``dot`` takes a second on a 70B step, and the first plotly chart would hold up the
+        whole widget while the page loads plotly.js (2 to 3 s on a two-core machine) and
+        the kernel while plotly's validators load. Not through ``redraw``, which would
+        clear an error the opening showed."""
+        if self.graph_panel.held:
+            try:
+                self.graph_panel.draw()
+            except Exception as exc:  # shown in the UI, never swallowed
+                self.last_error = exc
+                self.error.value = render.error("draw the graph", exc, trace=True)
         if self._charts_held:
             self.draw_charts()
 
@@ -305,6 +313,9 @@ class Workbench(w.VBox):
             self.inspector.value = render.note("Pick a value to see its sharding and provenance.")
             return
         s = self.session
+        if not s.program.has_value(name):  # typed so far: the field offers the names
+            self.inspector.value = render.note(f"No value is named {name!r} (yet).")
+            return
         sharding = s.sharding(name)
         self.inspector.value = render.inspector(
             name,
