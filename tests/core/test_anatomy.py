@@ -226,6 +226,7 @@ def test_sp_finds_the_blocks_without_their_scope_names(model):
         assert s.sharding(resid).dim_of("model") == 1  # the stream, split on its sequence
 
 
+@pytest.mark.slow
 def test_sp_runs_like_the_unpartitioned_step():
     ex = build("lm", "tiny")
     program = wb.capture(ex.fn, *ex.args)

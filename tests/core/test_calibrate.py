@@ -13,6 +13,9 @@ from workbench.core import hardware as hw
 from workbench.core.calibrate import Sample, calibrate, fit_link
 from workbench.core.mesh import Mesh
 
+# times the attached devices: in the full suite (CI), not the fast lane
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def measured():

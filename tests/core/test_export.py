@@ -154,6 +154,7 @@ def test_value_names_cannot_inject_code_into_exports(tmp_path):
     assert not hasattr(builtins, "PWNED")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, strategy", [("lm", "BP+MP"), ("lm_scan", "BP+MP"), ("gnn", "BP")])
 def test_plain_jax_export_runs_and_compiles_to_the_same_collectives(model, strategy):
     ex, program = example(model)
@@ -196,6 +197,7 @@ def test_the_exported_mesh_says_how_many_devices_it_needs():
         module.make_mesh(jax.devices()[:1])
 
 
+@pytest.mark.slow
 def test_partition_returns_a_jitted_partitioned_function():
     ex, _ = example("lm")
     step = wb.partition(ex.fn, {"batch": 2, "model": 4}, [wb.BP("batch"), wb.MP("model")])

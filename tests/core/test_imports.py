@@ -34,6 +34,7 @@ def is_spec(x):
     return isinstance(x, P)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, strategy",
     [
@@ -69,6 +70,7 @@ def test_an_exported_plan_imports_back_to_the_same_state(name, strategy):
     )
 
 
+@pytest.mark.slow
 def test_the_specs_plug_into_jit_and_device_put():
     ex, program = example("hf_gpt2")
     s = wb.Session(program, MESH, [wb.BP("data"), wb.MP("model")])
@@ -231,6 +233,7 @@ def test_an_imported_plan_exports_and_saves_as_itself(tmp_path):
     assert dict(again.state.shardings) == dict(imported.state.shardings)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(EXTERNAL))
 def test_each_third_party_model_imports_data_parallelism_as_its_docs_write_it(name):
     """Their examples replicate the model and shard the batch (``P()`` for params and

@@ -328,6 +328,7 @@ def test_estimates_are_deterministic_and_non_negative(case, hardware):
     assert all(o.seconds >= 0 for o in a.ops) and all(c.seconds >= 0 for c in a.collectives)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, strategy", CASES)
 def test_against_what_xla_compiles(model, strategy):
     s = wb.Session(program(model), MESH, strategies(model)[strategy])
@@ -345,6 +346,7 @@ def test_against_what_xla_compiles(model, strategy):
     assert ours == pytest.approx(xla, rel=0.02)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["lm", "lm_scan", "cnn"])
 @pytest.mark.parametrize("strategy", ["none", "BP", "MP", "BP+MP"])
 def test_transposed_copies_against_what_xla_compiles(model, strategy):
@@ -378,6 +380,7 @@ def test_transposed_copies_against_what_xla_compiles(model, strategy):
 MEMORY_MISSES: dict[tuple[str, str], str] = {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["mlp", "lm", "lm_scan", "cnn", "gnn"])
 @pytest.mark.parametrize("strategy", ["none", *strategies("lm")])
 def test_memory_against_what_xla_compiles(model, strategy, request):
@@ -405,6 +408,7 @@ def test_estimates_on_several_specs_do_not_mix():
         assert shared.estimate(chip).compute_s == fresh.compute_s
 
 
+@pytest.mark.slow
 def test_fsdp_with_master_weights_runs_and_matches():
     config = lm.Config.preset("tiny", master_weights=True)
     ex = build("lm", config)

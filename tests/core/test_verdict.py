@@ -19,6 +19,9 @@ from workbench.core.verdict import FACTOR, check
 from workbench.models import build
 from workbench.models.external import EXTERNAL, build_external
 
+# compiles and runs partitioned programs: in the full suite (CI), not the fast lane
+pytestmark = pytest.mark.slow
+
 MESH = wb.Mesh({"data": 2, "model": 4})
 
 

@@ -14,7 +14,7 @@ from workbench.models import build
 
 from .conftest import graph_labels, open_and_run_all, wait_for_workbench, wait_settled, workbench
 
-pytestmark = [pytest.mark.browser]
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 NOTEBOOK = "graph_view.ipynb"
 MIN_LABEL_PX = 10.0

@@ -12,6 +12,9 @@ import workbench as wb
 from workbench.models import ConfigError, Example
 from workbench.models.external import EXTERNAL, SIZES, Size, build_external
 
+# trains third-party models: in the full suite (CI), not the fast lane
+pytestmark = pytest.mark.slow
+
 NAMES = [
     "hf_gpt2",
     "hf_llama",

@@ -12,6 +12,9 @@ import pytest
 import workbench as wb
 from workbench.models.external import EXTERNAL, build_external
 
+# compiles and runs partitioned programs: in the full suite (CI), not the fast lane
+pytestmark = pytest.mark.slow
+
 MESH = wb.Mesh({"data": 2, "model": 4})
 MODELS = list(EXTERNAL)
 

@@ -12,6 +12,9 @@ import workbench as wb
 from workbench.core import hardware
 from workbench.models import build, lm
 
+# compiles and runs partitioned programs: in the full suite (CI), not the fast lane
+pytestmark = pytest.mark.slow
+
 MESH = wb.Mesh({"batch": 2, "model": 4})
 
 

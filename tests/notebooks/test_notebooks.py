@@ -6,6 +6,9 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+# executes every notebook: in the full suite (CI), not the fast lane
+pytestmark = pytest.mark.slow
+
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 
 

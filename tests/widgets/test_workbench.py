@@ -255,6 +255,7 @@ def test_graph_controls(bench):
     assert bench.graph.svg.count('class="node') < full.count('class="node')
 
 
+@pytest.mark.slow
 def test_run_on_the_devices(program):
     ex = build("mlp", "tiny")
     b = Workbench(ex.fn, *ex.args, mesh={"batch": 2, "model": 4}, schedule=[wb.BP("batch")])

@@ -10,6 +10,9 @@ from tests.core.lowering.strategies import CASES, strategies
 from tests.core.zoo import program
 from workbench.core.crosscheck import crosscheck
 
+# compiles every zoo model under every strategy: in the full suite (CI), not the fast lane
+pytestmark = pytest.mark.slow
+
 MESH = wb.Mesh({"batch": 2, "model": 4})
 
 

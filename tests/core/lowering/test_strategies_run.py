@@ -9,6 +9,9 @@ import workbench as wb
 from tests.core.lowering.strategies import CASES, strategies
 from workbench.models import build
 
+# compiles and runs partitioned programs: in the full suite (CI), not the fast lane
+pytestmark = pytest.mark.slow
+
 MESH = wb.Mesh({"batch": 2, "model": 4})
 
 
