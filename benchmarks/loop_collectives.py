@@ -31,22 +31,19 @@ MESH = wb.Mesh({"batch": 2, "model": 4})
 KINDS = (("all-gather", "AG"), ("reduce-scatter", "RS"), ("all-reduce", "AR"))
 
 
-def ours(session) -> tuple[Counter, Counter]:
-    """Launches per step by kind, inside loops and outside, of the plan's collectives."""
+def launches(collectives) -> tuple[Counter, Counter]:
+    """Launches per step by kind, inside loops (each runs ``count`` times) and outside."""
     inside, outside = Counter(), Counter()
-    for c in session.collectives():
+    for c in collectives:
         (inside if c.count > 1 else outside)[c.kind] += c.count
     return inside, outside
 
 
-def xla(session, lowering: str) -> tuple[Counter, Counter]:
+def compiled(session, lowering: str) -> tuple[Counter, Counter]:
     """The same for what XLA compiles: one launch per instruction (a combined one holds
     several arrays), times the trip counts of the loops around it."""
-    inside, outside = Counter(), Counter()
-    launches = {(c.computation, c.line): c for c in compiled_collectives(session, lowering)}
-    for c in launches.values():
-        (inside if c.count > 1 else outside)[c.kind] += c.count
-    return inside, outside
+    hlo = compiled_collectives(session, lowering)
+    return launches({(c.computation, c.line): c for c in hlo}.values())
 
 
 def main():
@@ -60,10 +57,10 @@ def main():
         for strategy in ("Z3", "BP+MP+Z3"):
             s = wb.Session(program, MESH, strategies(model)[strategy])
             for lowering, (inside, outside) in (
-                ("ours: the plan", ours(s)),
-                ("ours: compiled", xla(s, "explicit")),
-                ("XLA, constrained", xla(s, "constrained")),
-                ("XLA, inputs only", xla(s, "propagated")),
+                ("ours: the plan", launches(s.collectives())),
+                ("ours: compiled", compiled(s, "explicit")),
+                ("XLA, constrained", compiled(s, "constrained")),
+                ("XLA, inputs only", compiled(s, "propagated")),
             ):
                 other = sum((inside + outside).values()) - sum(
                     inside[k] + outside[k] for k, _ in KINDS

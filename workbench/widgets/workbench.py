@@ -228,13 +228,17 @@ class Workbench(w.VBox):
                 self.refresh()
             return True
         except Exception as exc:  # shown in the UI, never swallowed
-            self.last_error = exc
-            self.error.value = render.error(what, exc, trace=not isinstance(exc, WorkbenchError))
+            self.show_error(what, exc)
             if everything:
                 self.history.update(self.session)
             return False
         finally:
             self.remove_class("wb-busy")
+
+    def show_error(self, what: str, exc: BaseException) -> None:
+        """The error line: a `WorkbenchError` as its message, anything else with its trace."""
+        self.last_error = exc
+        self.error.value = render.error(what, exc, trace=not isinstance(exc, WorkbenchError))
 
     def refresh(self) -> None:
         """Redraw every view from the session."""
@@ -301,8 +305,7 @@ class Workbench(w.VBox):
             try:
                 self.graph_panel.draw()
             except Exception as exc:  # shown in the UI, never swallowed
-                self.last_error = exc
-                self.error.value = render.error("draw the graph", exc, trace=True)
+                self.show_error("draw the graph", exc)
         if self._charts_held:
             self.draw_charts()
 
