@@ -21,7 +21,7 @@ Then the estimate's linearity: the 70B-shaped step unrolled and under ``lax.scan
 and 126 layers, BP+MP+Z3 on H100s: step time, time per layer between depths (target: the
 same within 5%) and unrolled over scan; and the scan form's whole plan time (target < 2 s).
 
-    python benchmarks/scale.py [--layers 8 16 32 80 126] [--repeats 3] [--no-405b] [--no-linearity]
+    python benchmarks/scale.py [--layers 8 16 32 80 126] [--repeats 3] [--no-405b] [--no-linearity] [--linearity-only]
 """
 
 import argparse
@@ -150,7 +150,16 @@ def linearity(depths=(8, 32, 126)) -> None:
             e = s.estimate(hardware.H100)
             plan = time.perf_counter() - t0
             times[name, layers] = e.step_s
-            rows.append([name, layers, len(program.ops), f"{plan:.2f}", f"{e.step_s * 1e3:.0f}"])
+            rows.append(
+                [
+                    name,
+                    layers,
+                    len(program.ops),
+                    f"{plan:.2f}",
+                    f"{e.step_s * 1e3:.0f}",
+                    f"{e.memory.peak / 2**30:.1f}",
+                ]
+            )
     for row in rows:
         name, layers = row[0], row[1]
         i = depths.index(layers)
@@ -168,6 +177,7 @@ def linearity(depths=(8, 32, 126)) -> None:
                 "ops",
                 "BP+MP+Z3+estimate s",
                 "step ms (H100)",
+                "peak GiB",
                 "ms per layer since previous",
                 "unrolled / scan",
             ],
@@ -183,9 +193,13 @@ def main():
     parser.add_argument("--no-405b", action="store_true")
     parser.add_argument("--405b-only", dest="only_405b", action="store_true")
     parser.add_argument("--no-linearity", action="store_true")
+    parser.add_argument("--linearity-only", action="store_true")
     args = parser.parse_args()
     if args.only_405b:
         llama_405b()
+        return
+    if args.linearity_only:
+        linearity()
         return
     rows = []
     for layers in args.layers:

@@ -24,7 +24,8 @@ capacity) and the collective plan, the ``--top`` costliest collectives (0: all).
 - ``--mesh AXIS=SIZE,...``: e.g. ``batch=2,model=4`` (major to minor).
 - ``--hardware NAME``: a preset from ``workbench hardware``, case-insensitive (default:
   the host CPU placeholder, as ``Session.estimate``).
-- ``--overlap none|full|FRACTION``: how much communication hides behind compute.
+- ``--overlap none|full|prefetch|FRACTION``: how much communication hides behind compute
+  (``prefetch``: weights' gathers and gradients' reductions, as FSDP runtimes hide them).
 - ``--json``: print one JSON object instead (every collective, whatever ``--top`` says).
 
 Bad input (an unknown model, preset or hardware, a malformed mesh, an unreadable strategy,
@@ -75,7 +76,7 @@ def parse_mesh(text: str) -> dict[str, int]:
 
 
 def parse_overlap(text: str) -> str | float:
-    if text in ("none", "full"):
+    if text in ("none", "full", "prefetch"):
         return text
     try:
         fraction = float(text)
@@ -83,7 +84,7 @@ def parse_overlap(text: str) -> str | float:
         fraction = -1.0
     if not 0.0 <= fraction <= 1.0:
         raise UsageError(
-            f"--overlap {text!r}: use 'none', 'full' or the fraction of communication "
+            f"--overlap {text!r}: use 'none', 'full', 'prefetch' or the fraction of communication "
             "hidden behind compute, a number from 0 to 1 (e.g. 0.5)."
         )
     return fraction
@@ -449,7 +450,9 @@ def parser() -> argparse.ArgumentParser:
     how.add_argument("--strategy", metavar="FILE", help="a JSON strategy (Session.save)")
     how.add_argument("--tactics", nargs="+", metavar="EXPR", help="e.g. \"BP('batch')\"")
     plan.add_argument("--hardware", help="a preset from `workbench hardware` (default: cpu)")
-    plan.add_argument("--overlap", default="none", help="none, full or a fraction (0 to 1)")
+    plan.add_argument(
+        "--overlap", default="none", help="none, full, prefetch or a fraction (0 to 1)"
+    )
     plan.add_argument("--top", type=int, default=20, help="collectives listed (0: all)")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     plan.set_defaults(run=cmd_plan)

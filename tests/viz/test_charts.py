@@ -91,7 +91,7 @@ def test_time_breakdown_marks_the_step_and_the_policy(session):
     assert first["base"][0] == pytest.approx(e.compute_s)  # communication follows compute
 
 
-@pytest.mark.parametrize("overlap", ["full", 0.5])
+@pytest.mark.parametrize("overlap", ["full", 0.5, "prefetch"])
 def test_overlap_slides_communication_under_compute(session, overlap):
     e = session.estimate(hw.H100, overlap=overlap)
     fig = time_breakdown(e)

@@ -33,12 +33,18 @@ from workbench.core.state import State
 
 @dataclass(frozen=True, slots=True)
 class Fetch:
-    """Bring ``value`` from an available layout ``src`` into ``dst``, by ``steps``."""
+    """Bring ``value`` from an available layout ``src`` into ``dst``, by ``steps``.
+
+    ``copy`` numbers the copies of ``dst`` the plan makes of the value (``src_copy`` the one
+    read): a layout gathered in one phase is made again in another (``Planner.fetch``).
+    """
 
     value: int
     src: Sharding
     dst: Sharding
     steps: tuple[Step, ...]
+    copy: int = 0
+    src_copy: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,13 +289,6 @@ def _plan_op(program, mesh: Mesh, state: State, op, ix: OpIndex) -> tuple:
         elif (group := lay.passing(axis, kind)) is not None:
             passed.append((axis, kind))
             pass_groups[axis] = group
-    links = []  # (operand, result, axis, kind): pending reductions a loop stacks into its outputs
-    for t, r in m.links:
-        vin, vout = ix.tensors[t], ix.tensors[ix.n_in + r]
-        if vin >= 0:
-            for axis, kind in sh[vout].partial:
-                if sh[vin].reduction_of(axis) == kind:
-                    links.append((t, r, axis, kind))
     carriers = {f: {t for t, _ in ix.where.get(f, ())} for f in ix.where}
 
     def layouts(fa, contracted):
@@ -305,7 +304,6 @@ def _plan_op(program, mesh: Mesh, state: State, op, ix: OpIndex) -> tuple:
                 operands.append(None)
                 continue
             partial = [(a, k) for a, k in passed if t in pass_groups[a]]
-            partial += [(a, k) for lt, _, a, k in links if lt == t]
             for axis, _kind in contracted:
                 f = factor_of(axis)
                 if t not in carriers[f] and any(t in g and carriers[f] & set(g) for g in m.linear):
@@ -315,7 +313,6 @@ def _plan_op(program, mesh: Mesh, state: State, op, ix: OpIndex) -> tuple:
         for j, v in enumerate(op.linked_results):
             t = ix.n_in + j
             partial = list(passed) if j < n_out else []
-            partial += [(a, k) for _, lr, a, k in links if lr == j]
             for axis, kind in contracted:
                 if j < n_out and t not in carriers[factor_of(axis)]:
                     partial.append((axis, kind))
@@ -396,17 +393,27 @@ class Planner:
         self.program, self.mesh, self.state = program, mesh, state
         self.index = op_index(program)
         self.scopes: list[list[int]] = []  # per open scope, the values given layouts in it
-        # value -> layout (no tactic pins) -> (scope depth, the fetch that reads it as it is)
-        self.versions: dict[int, dict[Sharding, tuple[int, Fetch]]] = {}
+        # value -> layout (no tactic pins) -> (scope depth, the fetch that reads it as it is,
+        # the phase that gathered it or None)
+        self.versions: dict[int, dict[Sharding, tuple[int, Fetch, str | None]]] = {}
+        self.copies: dict[tuple[int, Sharding], int] = {}  # (value, layout) -> copies made
         self.ops: list[OpPlan | None] = [None] * len(program.ops)
         self.collectives: list[Collective] = []
         self.redistributed: set[int] = set()
         self.repeat = 1
 
-    def add(self, v: int, layout: Sharding) -> None:
+    def add(self, v: int, layout: Sharding, gathered_in: str | None = None) -> int:
+        """Make ``layout`` of ``v`` available; returns its copy number."""
         layout = as_layout(layout)
-        self.versions.setdefault(v, {})[layout] = (len(self.scopes), Fetch(v, layout, layout, ()))
+        key = (v, layout)
+        copy = self.copies[key] = self.copies.get(key, -1) + 1
+        self.versions.setdefault(v, {})[layout] = (
+            len(self.scopes),
+            Fetch(v, layout, layout, (), copy, copy),
+            gathered_in,
+        )
         self.scopes[-1].append(v)
+        return copy
 
     def open_scope(self) -> None:
         self.scopes.append([])
@@ -421,27 +428,38 @@ class Planner:
                 del self.versions[v]
 
     def fetch(self, v, dst: Sharding | None, consumer: int | None) -> Fetch | None:
+        """Bring ``v`` into ``dst`` for ``consumer`` from the cheapest layout available to it.
+
+        A layout gathered in one phase (forward, backward, update) serves that phase only:
+        the next gathers it again rather than hold it in between, as FSDP and Megatron's
+        sequence parallelism do (and as a loop does: each pass over the layers gathers its
+        own). So the gathered weights of a layer are not all live at the turn of the step.
+        """
         if dst is None or not isinstance(v, int):
             return None
         versions = self.versions.get(v)
         if not versions:
             raise AssertionError(f"value {self.program.values[v].name} used before it is defined")
+        phase = None if consumer is None else self.program.ops[consumer].phase
         dst = as_layout(dst)
         hit = versions.get(dst)
-        if hit is not None:
+        if hit is not None and (hit[2] is None or phase is None or hit[2] == phase):
             return hit[1]
         best = None
-        for s in versions:
+        for s, (_, held, gathered_in) in versions.items():
+            if gathered_in is not None and phase is not None and gathered_in != phase:
+                continue
             steps = redistribute(s, dst, self.mesh)
             cost = (cost_bytes(steps), peak_bytes(steps, s, self.mesh), len(steps))
             if best is None or cost < best[0]:
-                best = (cost, s, steps)
-        _, src, steps = best
-        self.add(v, dst)
+                best = (cost, s, steps, held.copy)
+        _, src, steps, src_copy = best
+        gathers = any(st.kind == "all-gather" for st in steps)
+        copy = self.add(v, dst, phase if gathers else None)
         if steps:
             self.redistributed.add(v)
         self.record(v, steps, consumer)
-        return Fetch(v, src, dst, steps)
+        return Fetch(v, src, dst, steps, copy, src_copy)
 
     def record(self, v: int, steps, consumer: int | None) -> None:
         for i, step in enumerate(steps):

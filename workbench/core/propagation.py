@@ -244,8 +244,6 @@ class Propagator:
             written = self.spread(o, ix, axis, claims)
         elif partial_in:
             written = self.pass_partial(o, ix, axis, partial_in)
-        if partial_in and m.links:
-            written += self.pass_links(o, ix, axis, partial_in)
         return written
 
     def spread(self, o, ix: OpIndex, axis, claims) -> list[int]:
@@ -360,25 +358,6 @@ class Propagator:
                 continue  # reducing before a broadcast (or a widening cast) moves fewer bytes
             self.make_partial(vid, axis, kind, op=o, source=source)
             written.append(vid)
-        return written
-
-    def pass_links(self, o, ix: OpIndex, axis, partial_in) -> list[int]:
-        """Pending reductions along the op's links (a scan's per-step output to its stack)."""
-        users = self.program.users
-        written = []
-        for t, kind in partial_in:
-            source = ix.tensors[t]
-            if len(users[source]) != 1 or source in self.outputs:
-                continue
-            for a, r in ix.mapping.links:
-                vid = ix.tensors[ix.n_in + r] if a == t else -1
-                if vid < 0:
-                    continue
-                s = self.sh[vid]
-                if s.uses(axis) or axis in s.atomic or axis in s.replicated:
-                    continue
-                self.make_partial(vid, axis, kind, op=o, source=source)
-                written.append(vid)
         return written
 
     def conflict(self, o, axis, claims, reason) -> None:

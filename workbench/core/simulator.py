@@ -26,7 +26,11 @@
   along a dimension that is not the leading one runs on a transposed copy (input and
   output, at ``hardware.copy_bandwidth`` of the collective's size);
 - step time under an overlap policy: "none" (compute + communication), "full"
-  (the larger of the two) or a fraction of communication hidden behind compute;
+  (the larger of the two), a fraction of communication hidden behind compute, or
+  "prefetch": what an FSDP runtime's scheduler hides, the gathers of values made from the
+  step's inputs alone (weights, started ahead of their use) and the reductions of
+  gradients (finished behind later work), while every other collective waits on compute
+  (``hidden``);
 - peak memory per device from liveness over a schedule: every layout a value is held in
   lives from the op that makes it to the last op that reads it (inputs throughout),
   broken down into parameters, gradients, optimizer state, activations and temporaries.
@@ -60,6 +64,7 @@ from workbench.core.collectives import KINDS, Collective
 from workbench.core.costs import OpCost, op_cost, op_time, tensor_bytes
 from workbench.core.gcpause import without_gc
 from workbench.core.hardware import Hardware, collective_time
+from workbench.core.ir.layers import region_operands
 from workbench.core.mesh import Mesh
 from workbench.core.redistribute import as_layout
 from workbench.core.rules.mapping import TensorType
@@ -393,15 +398,65 @@ class Estimate:
         )
 
 
-def overlapped(compute: float, communication: float, overlap) -> float:
+def _src_key(fetch) -> tuple:
+    """The buffer a fetch reads: (value, layout), and the copy when the plan makes several."""
+    key = (fetch.value, fetch.src)
+    return (*key, fetch.src_copy) if fetch.src_copy else key
+
+
+def _dst_key(fetch) -> tuple:
+    """The buffer a fetch makes (see ``_src_key``)."""
+    key = (fetch.value, fetch.dst)
+    return (*key, fetch.copy) if fetch.copy else key
+
+
+OVERLAPS = ("none", "full", "prefetch")
+
+
+def overlapped(compute: float, communication: float, overlap, hidden: float = 0.0) -> float:
+    """Step time from compute and communication; ``hidden``: the part of communication the
+    "prefetch" policy may hide (see module doc)."""
     if overlap == "none":
         return compute + communication
     if overlap == "full":
         return max(compute, communication)
-    fraction = float(overlap)
+    if overlap == "prefetch":
+        return max(compute, hidden) + communication - hidden
+    fraction = -1.0 if isinstance(overlap, str) else float(overlap)
     if not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"overlap must be 'none', 'full' or a fraction in [0, 1]; got {overlap!r}")
+        raise ValueError(
+            f"overlap must be 'none', 'full', 'prefetch' or a fraction in [0, 1]; got {overlap!r}"
+        )
     return compute + communication - fraction * min(compute, communication)
+
+
+def made_from_inputs(program) -> frozenset[int]:
+    """Values computed from the step's inputs and constants alone (a weight, its bf16 copy,
+    a loop's per-step slice of it): a runtime can fetch them before the step needs them.
+    A loop's carries change from step to step: never."""
+    out = set(program.inputs) | set(program.consts)
+    for op in program.walk():
+        if not op.regions:
+            if all(v in out for v in op.operands if isinstance(v, int)):
+                out.update(op.results)
+            continue
+        for region, outer in zip(op.regions, region_operands(op)):
+            carried = _carried(op, len(region.inputs))
+            for k, (inner, o) in enumerate(zip(region.inputs, outer)):
+                if o in out and k not in carried:
+                    out.add(inner)
+    return frozenset(out)
+
+
+def _carried(op, n_inputs: int) -> range:
+    """Positions of a region's inputs that a loop carries from step to step."""
+    if op.primitive == "scan":
+        nc = op.params["num_consts"]
+        return range(nc, nc + op.params["num_carry"])
+    if op.primitive == "while":  # consts first, then the carries (see ``region_operands``)
+        k = len(op.operands) - op.params["cond_nconsts"] - op.params["body_nconsts"]
+        return range(n_inputs - k, n_inputs)
+    return range(0)
 
 
 def category(program, vid: int) -> str:
@@ -450,6 +505,7 @@ class _Static:
     priced: tuple  # (op id, values of it that may stay fused) for every op without regions
     fusing: dict  # op id -> those values
     alike: dict  # op id -> a class of ops priced alike (see ``_alike``)
+    from_inputs: frozenset  # values made from the step's inputs alone (``made_from_inputs``)
 
     @classmethod
     def of(cls, program) -> _Static:
@@ -513,6 +569,7 @@ class _Static:
                 priced=tuple((op.id, fusing[op.id]) for op in program.ops if not op.regions),
                 fusing=fusing,
                 alike=_alike(program, fusing),
+                from_inputs=made_from_inputs(program),
             )
         return cached
 
@@ -733,17 +790,30 @@ class _Simulator:
         collectives = self.plan.collectives
         seconds = []
         for i, c in enumerate(collectives):
-            b = bucket_of.get(c.op) if c.kind == "all-reduce" and c.count == 1 else None
+            b = None
+            if c.kind == "all-reduce":
+                b = bucket_of.get(c.op) if c.count == 1 else self.step_end.get((c.op, c.value))
             if b is None:
                 seconds.append(collective_time(c.kind, c.bytes, c.axes, mesh, hw))
             else:  # priced with its bucket below
                 combined.setdefault((b, c.axes, c.reduction), []).append(i)
                 seconds.append(0.0)
+        limit = hw.all_reduce_combine_bytes
         for (_, axes, _), members in combined.items():
-            total = sum(collectives[i].bytes for i in members)
-            t = collective_time("all-reduce", total, axes, mesh, hw)
+            chunks, size = [[]], 0.0  # a runtime combines up to its threshold
             for i in members:
-                seconds[i] = t * collectives[i].bytes / total
+                if chunks[-1] and (
+                    size + collectives[i].bytes > limit or len(chunks[-1]) >= COMBINE_COUNT
+                ):
+                    chunks.append([])
+                    size = 0.0
+                chunks[-1].append(i)
+                size += collectives[i].bytes
+            for chunk in chunks:
+                total = sum(collectives[i].bytes for i in chunk)
+                t = collective_time("all-reduce", total, axes, mesh, hw)
+                for i in chunk:
+                    seconds[i] = t * collectives[i].bytes / total
         out = []
         for c, t in zip(collectives, seconds):
             nbytes, kernels = layout_copies(c, mesh)
@@ -821,7 +891,7 @@ class _Simulator:
                     if read_last.get(v, -2) < at:
                         read_last[v] = at
                 else:
-                    read.append((v, fetch.src if not fetch.steps else fetch.dst))
+                    read.append(_dst_key(fetch) if fetch.steps else _src_key(fetch))
             for v in op.results:
                 if v in fused:
                     sources[v] = (inner, read)
@@ -832,19 +902,19 @@ class _Simulator:
             for fetch in o.fetches:
                 if fetch is None:
                     continue
-                v, src, dst = fetch.value, fetch.src, fetch.dst
+                v, src, dst = fetch.value, _src_key(fetch), _dst_key(fetch)
                 if not fetch.steps:
                     # a fused value is held where its reader is not elementwise (a
                     # compiler saves what several kernels read); a folded one never is
                     if v not in static.folded or v not in fused:
-                        touch((v, src), at)
-                        if dst is not src:
-                            touch((v, dst), at, made=True)
+                        touch(src, at)
+                        if fetch.dst is not fetch.src:
+                            touch(dst, at, made=True)
                     continue
                 if reduce_at is not None and any(s.kind == "all-reduce" for s in fetch.steps):
-                    touch((v, src), reduce_at)  # reduced with its bucket, then freed
-                    touch((v, dst), reduce_at)
-                    touch((v, dst), at)
+                    touch(src, reduce_at)  # reduced with its bucket, then freed
+                    touch(dst, reduce_at)
+                    touch(dst, at)
                     continue
                 for s in fetch.steps:
                     if relaid(s.kind, s.dim, s.before, s.after, mesh):
@@ -852,16 +922,16 @@ class _Simulator:
                         # copied in or out: beyond the whole and the shard, one more whole
                         # array less the shard, where the layout is made
                         extra = abs(s.before.local_nbytes(mesh) - s.after.local_nbytes(mesh))
-                        relaid_made[(v, dst)] = max(relaid_made.get((v, dst), 0), extra)
-                shrinking = dst.local_nbytes(mesh) < src.local_nbytes(mesh)
-                touch((v, src), at, shrink=shrinking)
-                touch((v, dst), at)
+                        relaid_made[dst] = max(relaid_made.get(dst, 0), extra)
+                shrinking = fetch.dst.local_nbytes(mesh) < fetch.src.local_nbytes(mesh)
+                touch(src, at, shrink=shrinking)
+                touch(dst, at)
                 if shrinking:
-                    eager.append(((v, dst), v))
+                    eager.append((dst, v))
         for fetch in plan.outputs:
             if fetch is not None:
-                touch((fetch.value, fetch.src), end)
-                touch((fetch.value, fetch.dst), end)
+                touch(_src_key(fetch), end)
+                touch(_dst_key(fetch), end)
         # latest readers first: a fused value's last read is its fused operands' last read
         for v in reversed(sources):
             last = read_last.get(v)
@@ -888,6 +958,32 @@ class _Simulator:
                     held.add(k)
         copies += [(spans[key][0], nbytes) for key, nbytes in relaid_made.items()]
         return self.sweep(spans, copies, end, in_place, held)
+
+    def hidden(self, c: Collective) -> bool:
+        """Whether the "prefetch" policy hides ``c`` behind compute: a gather of a value made
+        from the step's inputs alone, or the reduction of a gradient (read by the update,
+        or returned by a backward loop's step)."""
+        if c.kind == "all-gather":
+            return c.value in self.static.from_inputs
+        if c.kind not in ("reduce-scatter", "all-reduce") or c.op is None:
+            return False
+        phase = self.program.ops[c.op].phase
+        return phase == "optimizer" or (phase == "backward" and (c.op, c.value) in self.step_end)
+
+    @cached_property
+    def step_end(self) -> dict[tuple[int, int], tuple]:
+        """``(loop op, value)`` -> a bucket key, for each value a loop's body returns: what the
+        body reduces at the end of each step is independent, and a runtime combines it into
+        one all-reduce per step, as it combines the update's gradients (``buckets``)."""
+        ops = self.program.ops
+        return {
+            (o, v): ("step", o)
+            for o, op in enumerate(ops)
+            if op.regions
+            for region in op.regions
+            for v in region.outputs
+            if isinstance(v, int)
+        }
 
     @cached_property
     def buckets(self) -> list[list[tuple[int, int]]]:
@@ -972,7 +1068,7 @@ class _Simulator:
         """Peak, its breakdown and the peak of temporaries over the buffers' lifetimes."""
         p, mesh, plan, static = self.program, self.mesh, self.plan, self.static
         inputs = set(p.inputs)
-        returned = {(f.value, f.dst) for f in plan.outputs if f is not None}
+        returned = {_dst_key(f) for f in plan.outputs if f is not None}
         donated = self.donated
         shardings, categories = self.state.shardings, static.categories
         temporaries_at = CATEGORIES.index("temporaries")
@@ -1095,11 +1191,14 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
     for c in collectives:
         by_kind[c.collective.kind] += c.total_s
     communication = sum(by_kind.values())
+    hidden = 0.0
+    if overlap == "prefetch":
+        hidden = sum(c.total_s for c in collectives if sim.hidden(c.collective))
     return Estimate(
         hardware=hardware.name,
         compute_s=compute,
         communication_s=communication,
-        step_s=overlapped(compute, communication, overlap),
+        step_s=overlapped(compute, communication, overlap, hidden),
         overlap=overlap,
         by_kind=by_kind,
         flops=sum((o.cost.flops + o.cost.transcendentals) * o.count for o in ops),

@@ -156,6 +156,32 @@ def optimizer_inputs(program) -> list[int]:
     return sorted(out)
 
 
+def stacked_gradient(program, grad: int | None) -> list[int]:
+    """The gradient and the loop result it is copied from (through linear one-operand ops of
+    its shape, each read once), when a loop stacks it step by step; else nothing.
+
+    Tiled like the parameter, each step's slice is reduce-scattered inside the loop as it is
+    made (as the gradients of unrolled layers are), not stacked whole and reduced after it.
+    """
+    if grad is None:
+        return []
+    values, users = program.values, program.users
+    chain, v = [grad], grad
+    while (producer := values[v].producer) is not None:
+        op = program.ops[producer]
+        if op.regions:  # a scan's stacked per-step outputs follow its carries
+            stacked = op.primitive == "scan" and op.results.index(v) >= op.params["num_carry"]
+            return chain if stacked else []
+        arrays = [u for u in op.operands if isinstance(u, int)]
+        if len(arrays) != 1 or len(op.results) != 1 or (0,) not in program.mapping(op).linear:
+            return []
+        (v,) = arrays
+        if values[v].shape != values[grad].shape or len(users[v]) != 1:
+            return []
+        chain.append(v)
+    return []
+
+
 def _sharded_like_params(tactic, program, mesh, state, *, params: bool):
     """Tile each parameter's optimizer state (and, for Z3, the parameter itself) over the axis.
 
@@ -182,6 +208,9 @@ def _sharded_like_params(tactic, program, mesh, state, *, params: bool):
     if params:  # the parameters themselves too, when the optimizer does not read them (it
         # may update a float32 master copy and cast it back: mixed precision)
         boundary = [*boundary, *ids]
+    # a gradient a loop stacks crosses from the loop's result on: tiled there (below)
+    stacked = {p: stacked_gradient(program, view.gradients.get(p)) for p in ids}
+    boundary += [u for chain in stacked.values() for u in chain]
     out: list[Tactic] = [Atomic(_names(program, sorted(set(boundary))), tactic.axis)]
     tiles = []
     kept_whole = []
@@ -191,6 +220,7 @@ def _sharded_like_params(tactic, program, mesh, state, *, params: bool):
         new = view.new_params.get(p)
         related = [u for u in view.companions(p) if program.values[u].shape == v.shape]
         group = [p, *related] if params else [u for u in related if u != new]
+        group += [u for u in stacked[p] if u not in group]
         group = [u for u in group if not state.shardings[u].uses(tactic.axis)]
         if d is None or not group:
             continue

@@ -192,6 +192,8 @@ def overlap_text(overlap) -> str:
         return "no overlap: step = compute + communication"
     if overlap == "full":
         return "full overlap: step = the longer of compute and communication"
+    if overlap == "prefetch":
+        return "prefetch overlap: weights' gathers and gradients' reductions hide behind compute"
     return f"overlap {float(overlap):.0%}: that share of the shorter hides behind the longer"
 
 

@@ -132,7 +132,12 @@ class Workbench(w.VBox):
         )
         self.spec.observe(lambda _: self.redraw("change the hardware", self.change_spec), "value")
         self.overlap_choice = w.Dropdown(
-            options=[("no overlap", "none"), ("full overlap", "full"), ("half", 0.5)],
+            options=[
+                ("no overlap", "none"),
+                ("prefetch (FSDP)", "prefetch"),
+                ("full overlap", "full"),
+                ("half", 0.5),
+            ],
             value=overlap,
             description="overlap",
         )

@@ -58,7 +58,7 @@ GOLDEN = {
     "top_k": "([i, j])->([i, k], [i, l]) {i=2, j=8, k=2, l=2} blocked: j, k, l",
     "reduce_window_sum": "([i, j, k, l])->([i, m, n, l]) {i=2, j=8, k=8, l=4, m=4, n=4} blocked: j, k, m, n",
     "reduce_window_max": "([i, j, k, l])->([i, m, n, l]) {i=2, j=8, k=8, l=4, m=4, n=4} blocked: j, k, m, n",
-    "scan": "([i, j], [k, l], [m, n, o], [k, l], [])->([k, l], [p], [i, j], [k, l], [n, o]) {i=4, j=4, k=2, l=4, m=5, n=2, o=4, p=5} blocked: m, p links: 4->1",
+    "scan": "([i, j], [k, l], [m, n, o], [k, l], [])->([k, l], [p], [i, j], [k, l], [n, o]) {i=4, j=4, k=2, l=4, m=5, n=2, o=4, p=5} blocked: m, p",
     "while": "([i, j], [], [k, l], [], [], [k, l])->([], [k, l], [], [k, l], [i, j], [], [k, l]) {i=4, j=4, k=2, l=4}",
     "cond": "([], [i, j], [k, l], [k, l])->([k, l], [i, j], [i, j]) {i=2, j=4, k=2, l=4}",
 }

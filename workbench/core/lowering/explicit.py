@@ -37,7 +37,7 @@ class _Explicit(Interpreter):
         versions = env[v]
         x = versions[layout_key(fetch.src)]
         for step in fetch.steps:
-            x = run_step(x, step, self.mesh)
+            x = run_step(x, step, self.mesh, again=fetch.copy > 0)
         versions = dict(versions)
         versions[layout_key(fetch.dst)] = x
         env[v] = versions

@@ -17,15 +17,22 @@ def _names(axes):
     return axes[0] if len(axes) == 1 else tuple(axes)
 
 
-def run_step(x, step: Step, mesh: Mesh):
-    """One step on a local array; a key array moves as its words (leading dims alike)."""
+def run_step(x, step: Step, mesh: Mesh, again: bool = False):
+    """One step on a local array; a key array moves as its words (leading dims alike).
+
+    ``again``: the plan makes this layout of the value a second time (gathered once per
+    phase). The gather is then written as a stack and a reshape, which computes the same;
+    as a second identical all-gather of the same operand, compilers would merge it with the
+    first (common subexpressions) and hold that first gather's result across the phases.
+    """
     if is_extended(x.dtype):
         impl = jax.random.key_impl(x)
-        return jax.random.wrap_key_data(_run(jax.random.key_data(x), step, mesh), impl=impl)
-    return _run(x, step, mesh)
+        data = _run(jax.random.key_data(x), step, mesh, again)
+        return jax.random.wrap_key_data(data, impl=impl)
+    return _run(x, step, mesh, again)
 
 
-def _run(x, step: Step, mesh: Mesh):
+def _run(x, step: Step, mesh: Mesh, again: bool = False):
     kind, axes = step.kind, step.axes
     if kind == "slice":
         new = step.after.local_shape(mesh)[step.dim]
@@ -38,6 +45,10 @@ def _run(x, step: Step, mesh: Mesh):
             return jnp.where(first, x, jnp.zeros((), x.dtype))
         return x  # a whole value is already a valid pending max or min
     if kind == "all-gather":
+        if again:
+            shape = list(x.shape)
+            shape[step.dim] *= int(np.prod([mesh.axis_size(a) for a in axes]))
+            return lax.all_gather(x, _names(axes), axis=step.dim, tiled=False).reshape(shape)
         return lax.all_gather(x, _names(axes), axis=step.dim, tiled=True)
     if kind == "reduce-scatter":
         return lax.psum_scatter(x, _names(axes), scatter_dimension=step.dim, tiled=True)

@@ -14,8 +14,6 @@ major to minor. PartIR calls this the op's tile mapping; Shardy its op sharding 
   one group are pending a sum over an axis, the results are too (``add``: one group
   ``(0, 1)``; ``mul``: two groups ``(0,)`` and ``(1,)``).
 - ``structural`` ops only move data, so any pending reduction passes through them.
-- ``links`` pair an operand with a result it is copied into linearly, on its own (a
-  scan's per-step output and the stacked result): a pending reduction passes along.
 """
 
 from __future__ import annotations
@@ -58,8 +56,6 @@ class FactorMapping:
     linear: tuple[tuple[int, ...], ...] = ()
     structural: bool = False
     barrier: bool = False
-    # (operand, result) pairs a pending reduction passes along (see the module doc)
-    links: tuple[tuple[int, int], ...] = ()
     _contracting: frozenset[int] = field(default=frozenset(), compare=False, repr=False)
     _hash: int = field(default=0, compare=False, repr=False)
 
@@ -69,7 +65,7 @@ class FactorMapping:
             object.__setattr__(
                 self,
                 "_hash",
-                hash((*fields_, self.linear, self.structural, self.barrier, self.links)) or 1,
+                hash((*fields_, self.linear, self.structural, self.barrier)) or 1,
             )
         return self._hash
 
@@ -148,8 +144,6 @@ class FactorMapping:
             text += " linear: " + " | ".join("+".join(map(str, g)) for g in self.linear)
         if self.structural:
             text += " structural"
-        if self.links:
-            text += " links: " + ", ".join(f"{a}->{b}" for a, b in self.links)
         if self.barrier:
             text += " barrier"
         return text
