@@ -104,3 +104,22 @@ def test_prefetch_hides_the_weights_gathers_and_the_gradients_reductions(name):
     assert e.step_s == pytest.approx(max(e.compute_s, hidden) + exposed)
     full, none = (s.estimate(hw.H100, overlap=o).step_s for o in ("full", "none"))
     assert full <= e.step_s * (1 + 1e-9) and e.step_s < none
+
+
+def test_a_flax_linen_stack_under_nn_scan_is_planned_as_the_zoo_one():
+    """Flax Linen's ``nn.scan`` over blocks (``variable_axes={"params": 0}``, as Flax's docs
+    scan layers): Z3 reduce-scatters each step's gradients inside the backward loop, and
+    each pass over the blocks gathers the weights it reads."""
+    from workbench.models.external import Size
+    from workbench.models.external.linen_lm import build
+
+    size = Size(n_layers=4)
+    ex = build(size, abstract=True, scan_layers=True)
+    s = wb.Session(wb.capture(ex.fn, *ex.args), MESH, FSDP)
+    assert not s.conflicts
+    looped = Counter(
+        (c.kind, _phase(s, c)) for c in s.collectives() if c.count == 4 and c.axes == ("data",)
+    )
+    stacked = [v for v in s.program.anatomy().parameters if s.program.values[v].shape[:1] == (4,)]
+    assert looped["reduce-scatter", "backward"] == len(stacked) > 0
+    assert looped["all-gather", "forward"] > 0 and looped["all-gather", "backward"] > 0

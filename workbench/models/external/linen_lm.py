@@ -6,6 +6,8 @@ projections: query/key/value kernels [D, H, K], out [H, K, D]) under
 ``nn.make_causal_mask`` and an ``MlpBlock`` of two ``nn.Dense``, and an ``nn.Dense``
 ``logits`` head. Trained with ``model.apply({"params": params}, ...)``,
 ``jax.value_and_grad`` and ``optax.chain(clip_by_global_norm, adamw(warmup_cosine))``.
+With ``scan_layers`` the blocks run under ``nn.scan`` as the Flax docs scan layers
+(``variable_axes={"params": 0}``, the mask broadcast): one block's parameters stacked.
 """
 
 from __future__ import annotations
@@ -51,6 +53,14 @@ class DecoderBlock(nn.Module):
         return x + y
 
 
+class ScannedDecoderBlock(DecoderBlock):
+    """A ``DecoderBlock`` with the ``(carry, output)`` signature ``nn.scan`` wants."""
+
+    @nn.compact
+    def __call__(self, inputs, decoder_mask):
+        return super().__call__(inputs, decoder_mask), None
+
+
 class TransformerLM(nn.Module):
     vocab_size: int
     emb_dim: int
@@ -58,6 +68,7 @@ class TransformerLM(nn.Module):
     num_layers: int
     mlp_dim: int
     max_len: int
+    scan_layers: bool = False
 
     @nn.compact
     def __call__(self, inputs):
@@ -67,7 +78,16 @@ class TransformerLM(nn.Module):
         )
         x = x + pos_embedding[:, : inputs.shape[1]]
         decoder_mask = nn.make_causal_mask(inputs)
-        for lyr in range(self.num_layers):
+        if self.scan_layers:
+            blocks = nn.scan(
+                ScannedDecoderBlock,
+                variable_axes={"params": 0},
+                split_rngs={"params": True},
+                in_axes=nn.broadcast,
+                length=self.num_layers,
+            )
+            x, _ = blocks(self.num_heads, self.mlp_dim, name="decoderblocks")(x, decoder_mask)
+        for lyr in range(0 if self.scan_layers else self.num_layers):
             x = DecoderBlock(self.num_heads, self.mlp_dim, name=f"decoderblock_{lyr}")(
                 x, decoder_mask
             )
@@ -75,7 +95,7 @@ class TransformerLM(nn.Module):
         return nn.Dense(self.vocab_size, name="logits")(x)
 
 
-def create_model(size: Size) -> TransformerLM:
+def create_model(size: Size, scan_layers: bool = False) -> TransformerLM:
     return TransformerLM(
         vocab_size=size.vocab,
         emb_dim=size.d_model,
@@ -83,6 +103,7 @@ def create_model(size: Size) -> TransformerLM:
         num_layers=size.n_layers,
         mlp_dim=size.d_ff,
         max_len=size.seq_len,
+        scan_layers=scan_layers,
     )
 
 
@@ -101,9 +122,9 @@ def make_train_step(model: TransformerLM, tx: optax.GradientTransformation):
     return train_step
 
 
-def build(size: str | Size = "tiny", abstract: bool = False) -> Example:
+def build(size: str | Size = "tiny", abstract: bool = False, scan_layers: bool = False) -> Example:
     s = size_of(size)
-    model, tx = create_model(s), clipped_adamw(s)
+    model, tx = create_model(s, scan_layers), clipped_adamw(s)
 
     def make():
         dummy = jnp.ones((1, s.seq_len), jnp.int32)
@@ -112,10 +133,12 @@ def build(size: str | Size = "tiny", abstract: bool = False) -> Example:
         return params, tx.init(params), batch
 
     return example(
-        "linen_lm",
+        "linen_lm_scan" if scan_layers else "linen_lm",
         make_train_step(model, tx),
         make,
         s,
-        "Flax Linen decoder (lm1b style), clipped AdamW with a warmup-cosine schedule",
+        "Flax Linen decoder (lm1b style"
+        + (", blocks under nn.scan" if scan_layers else "")
+        + "), clipped AdamW with a warmup-cosine schedule",
         abstract,
     )
