@@ -76,7 +76,9 @@ def parse_mesh(text: str) -> dict[str, int]:
 
 
 def parse_overlap(text: str) -> str | float:
-    if text in ("none", "full", "prefetch"):
+    from workbench.core.overlap import OVERLAPS
+
+    if text in OVERLAPS:
         return text
     try:
         fraction = float(text)

@@ -64,8 +64,8 @@ from workbench.core.collectives import KINDS, Collective
 from workbench.core.costs import OpCost, op_cost, op_time, tensor_bytes
 from workbench.core.gcpause import without_gc
 from workbench.core.hardware import Hardware, collective_time
-from workbench.core.ir.layers import region_operands
 from workbench.core.mesh import Mesh
+from workbench.core.overlap import made_from_inputs, overlapped
 from workbench.core.redistribute import as_layout
 from workbench.core.rules.mapping import TensorType
 from workbench.core.sharding import Sharding
@@ -408,55 +408,6 @@ def _dst_key(fetch) -> tuple:
     """The buffer a fetch makes (see ``_src_key``)."""
     key = (fetch.value, fetch.dst)
     return (*key, fetch.copy) if fetch.copy else key
-
-
-OVERLAPS = ("none", "full", "prefetch")
-
-
-def overlapped(compute: float, communication: float, overlap, hidden: float = 0.0) -> float:
-    """Step time from compute and communication; ``hidden``: the part of communication the
-    "prefetch" policy may hide (see module doc)."""
-    if overlap == "none":
-        return compute + communication
-    if overlap == "full":
-        return max(compute, communication)
-    if overlap == "prefetch":
-        return max(compute, hidden) + communication - hidden
-    fraction = -1.0 if isinstance(overlap, str) else float(overlap)
-    if not 0.0 <= fraction <= 1.0:
-        raise ValueError(
-            f"overlap must be 'none', 'full', 'prefetch' or a fraction in [0, 1]; got {overlap!r}"
-        )
-    return compute + communication - fraction * min(compute, communication)
-
-
-def made_from_inputs(program) -> frozenset[int]:
-    """Values computed from the step's inputs and constants alone (a weight, its bf16 copy,
-    a loop's per-step slice of it): a runtime can fetch them before the step needs them.
-    A loop's carries change from step to step: never."""
-    out = set(program.inputs) | set(program.consts)
-    for op in program.walk():
-        if not op.regions:
-            if all(v in out for v in op.operands if isinstance(v, int)):
-                out.update(op.results)
-            continue
-        for region, outer in zip(op.regions, region_operands(op)):
-            carried = _carried(op, len(region.inputs))
-            for k, (inner, o) in enumerate(zip(region.inputs, outer)):
-                if o in out and k not in carried:
-                    out.add(inner)
-    return frozenset(out)
-
-
-def _carried(op, n_inputs: int) -> range:
-    """Positions of a region's inputs that a loop carries from step to step."""
-    if op.primitive == "scan":
-        nc = op.params["num_consts"]
-        return range(nc, nc + op.params["num_carry"])
-    if op.primitive == "while":  # consts first, then the carries (see ``region_operands``)
-        k = len(op.operands) - op.params["cond_nconsts"] - op.params["body_nconsts"]
-        return range(n_inputs - k, n_inputs)
-    return range(0)
 
 
 def category(program, vid: int) -> str:
