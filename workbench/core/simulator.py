@@ -729,9 +729,10 @@ class _Simulator:
 
     def collective_estimates(self) -> list[CollectiveEstimate]:
         """Per collective of the plan, its time with the copies around it. The gradient
-        all-reduces a runtime combines (``buckets``) run as one collective over the same
-        axes: its time (one latency, the bytes of all) is shared among them by bytes. A
-        program output's all-reduce (a loss, needed only at the end) joins the last one."""
+        all-reduces a runtime combines (``buckets``, and a loop step's ``step_end``) run
+        as one collective over the same axes, up to the runtime's threshold: its time (one
+        latency, the bytes of all) is shared among them by bytes. A program output's
+        all-reduce (a loss, needed only at the end) joins the last bucket."""
         hw, mesh = self.hw, self.mesh
         combined: dict[tuple, list[int]] = {}  # (bucket, axes, reduction) -> collective indices
         buckets = self.buckets
