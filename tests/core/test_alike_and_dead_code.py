@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import pytest
 
 import workbench as wb
 from workbench.core.propagation import op_index
@@ -19,6 +20,7 @@ def test_a_value_nothing_returned_reads_is_not_captured():
     assert {op.primitive for op in program.ops} == {"add"}
 
 
+@pytest.mark.slow  # several seconds: in the full suite, not the fast lane
 def test_a_loop_keeps_no_constant_its_iterations_do_not_read():
     ex = build("lm_scan", "tiny")
     program = wb.capture(ex.fn, *ex.args)

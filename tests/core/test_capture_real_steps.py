@@ -242,6 +242,7 @@ def test_optax_adamw_schedule_clipping_multisteps_and_masked_decay():
     check(data_parallel(program), "explicit", "constrained")
 
 
+@pytest.mark.slow  # several seconds: in the full suite, not the fast lane
 def test_flax_nnx_optimizer_and_jit_step_updated_in_place():
     nnx = pytest.importorskip("flax.nnx")
 

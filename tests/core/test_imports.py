@@ -86,6 +86,7 @@ def test_the_specs_plug_into_jit_and_device_put():
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # several seconds: in the full suite, not the fast lane
 def test_a_jitted_step_brings_its_own_shardings():
     ex, program = example("nnx_lm")
     s = wb.Session(program, MESH, [wb.BP("data"), wb.MP("model")])

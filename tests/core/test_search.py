@@ -66,6 +66,7 @@ def test_with_a_memory_limit_plain_bp_exceeds_auto_finds_a_strategy_that_fits():
     assert s.estimate(hw.H100).memory.peak <= limit
 
 
+@pytest.mark.slow  # several seconds: in the full suite, not the fast lane
 def test_the_search_is_deterministic_and_reports_progress():
     program = wide_lm()
     mesh = wb.Mesh({"model": 4})
