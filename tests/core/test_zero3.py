@@ -123,3 +123,29 @@ def test_a_flax_linen_stack_under_nn_scan_is_planned_as_the_zoo_one():
     stacked = [v for v in s.program.anatomy().parameters if s.program.values[v].shape[:1] == (4,)]
     assert looped["reduce-scatter", "backward"] == len(stacked) > 0
     assert looped["all-gather", "forward"] > 0 and looped["all-gather", "backward"] > 0
+
+
+@pytest.mark.parametrize("name", ["linen_lm", "nnx_lm"])
+def test_a_clipped_update_reduce_scatters_the_gradients(name):
+    """optax's ``clip_by_global_norm`` squares each gradient for the norm: that square is
+    tiled like the parameter, so the gradient is reduce-scattered into it and only each
+    shard's sum of squares is all-reduced (a scalar), not the whole gradient."""
+    import warnings
+
+    from workbench.models.external import build_external
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ex = build_external(name, "tiny", abstract=True)
+    s = wb.Session(wb.capture(ex.fn, *ex.args), MESH, [wb.BP("data"), wb.Z3("data")])
+    update = [
+        c
+        for c in s.collectives()
+        if c.axes == ("data",) and c.op is not None and _phase(s, c) == "optimizer"
+    ]
+    a = s.program.anatomy()
+    sharded = [p for p in a.parameters if s.state.shardings[p].uses("data")]
+    reduced = {c.value for c in update if c.kind == "reduce-scatter"}
+    pending = {a.gradients[p] for p in sharded if s.state.shardings[a.gradients[p]].partial}
+    assert len(pending) > 20 and reduced == pending
+    assert all(c.bytes <= 4 for c in update if c.kind == "all-reduce")

@@ -182,6 +182,22 @@ def stacked_gradient(program, grad: int | None) -> list[int]:
     return []
 
 
+def _gradient_readers(program, grad: int | None) -> list[int]:
+    """What the update computes from a gradient, of its shape, one op on (a clipped gradient,
+    its square for a global norm): tiled like the parameter, the gradient is
+    reduce-scattered into each, never gathered whole for one of them."""
+    if grad is None:
+        return []
+    shape, ops = program.values[grad].shape, program.ops
+    return [
+        r
+        for o in program.users[grad]
+        if ops[o].phase == "optimizer" and not ops[o].regions
+        for r in ops[o].results
+        if program.values[r].shape == shape
+    ]
+
+
 def _sharded_like_params(tactic, program, mesh, state, *, params: bool):
     """Tile each parameter's optimizer state (and, for Z3, the parameter itself) over the axis.
 
@@ -221,6 +237,7 @@ def _sharded_like_params(tactic, program, mesh, state, *, params: bool):
         related = [u for u in view.companions(p) if program.values[u].shape == v.shape]
         group = [p, *related] if params else [u for u in related if u != new]
         group += [u for u in stacked[p] if u not in group]
+        group += [u for u in _gradient_readers(program, view.gradients.get(p)) if u not in group]
         group = [u for u in group if not state.shardings[u].uses(tactic.axis)]
         if d is None or not group:
             continue
