@@ -9,7 +9,7 @@ collectives those are is the simulator's to say (``_Simulator.hidden``).
 
 from __future__ import annotations
 
-from workbench.core.ir.layers import region_operands
+from workbench.core.ir.layers import carried_inputs, region_operands
 
 OVERLAPS = ("none", "full", "prefetch")
 
@@ -42,19 +42,8 @@ def made_from_inputs(program) -> frozenset[int]:
                 out.update(op.results)
             continue
         for region, outer in zip(op.regions, region_operands(op)):
-            carried = _carried(op, len(region.inputs))
+            carried = carried_inputs(op, len(region.inputs))
             for k, (inner, o) in enumerate(zip(region.inputs, outer)):
                 if o in out and k not in carried:
                     out.add(inner)
     return frozenset(out)
-
-
-def _carried(op, n_inputs: int) -> range:
-    """Positions of a region's inputs that a loop carries from step to step."""
-    if op.primitive == "scan":
-        nc = op.params["num_consts"]
-        return range(nc, nc + op.params["num_carry"])
-    if op.primitive == "while":  # consts first, then the carries (see ``region_operands``)
-        k = len(op.operands) - op.params["cond_nconsts"] - op.params["body_nconsts"]
-        return range(n_inputs - k, n_inputs)
-    return range(0)

@@ -744,7 +744,10 @@ class _Simulator:
         for i, c in enumerate(collectives):
             b = None
             if c.kind == "all-reduce":
-                b = bucket_of.get(c.op) if c.count == 1 else self.step_end.get((c.op, c.value))
+                if c.count == 1:
+                    b = bucket_of.get(c.op)
+                elif (c.op, c.value) in self.step_end:
+                    b = ("step", c.op)
             if b is None:
                 seconds.append(collective_time(c.kind, c.bytes, c.axes, mesh, hw))
             else:  # priced with its bucket below
@@ -923,19 +926,17 @@ class _Simulator:
         return phase == "optimizer" or (phase == "backward" and (c.op, c.value) in self.step_end)
 
     @cached_property
-    def step_end(self) -> dict[tuple[int, int], tuple]:
-        """``(loop op, value)`` -> a bucket key, for each value a loop's body returns: what the
-        body reduces at the end of each step is independent, and a runtime combines it into
-        one all-reduce per step, as it combines the update's gradients (``buckets``)."""
-        ops = self.program.ops
-        return {
-            (o, v): ("step", o)
-            for o, op in enumerate(ops)
-            if op.regions
+    def step_end(self) -> frozenset[tuple[int, int]]:
+        """``(loop op, value)`` for each value a loop's body returns: what the body reduces at
+        the end of each step is independent, and a runtime combines it into one all-reduce
+        per step, as it combines the update's gradients (``buckets``)."""
+        return frozenset(
+            (op.id, v)
+            for op in self.program.ops
             for region in op.regions
             for v in region.outputs
             if isinstance(v, int)
-        }
+        )
 
     @cached_property
     def buckets(self) -> list[list[tuple[int, int]]]:

@@ -236,8 +236,8 @@ def _sharded_like_params(tactic, program, mesh, state, *, params: bool):
         new = view.new_params.get(p)
         related = [u for u in view.companions(p) if program.values[u].shape == v.shape]
         group = [p, *related] if params else [u for u in related if u != new]
-        group += [u for u in stacked[p] if u not in group]
-        group += [u for u in _gradient_readers(program, view.gradients.get(p)) if u not in group]
+        readers = _gradient_readers(program, view.gradients.get(p))
+        group = list(dict.fromkeys([*group, *stacked[p], *readers]))
         group = [u for u in group if not state.shardings[u].uses(tactic.axis)]
         if d is None or not group:
             continue

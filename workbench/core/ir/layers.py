@@ -106,6 +106,18 @@ def origins(program, params) -> dict[int, int]:
     return origin
 
 
+def carried_inputs(op, region_inputs: int) -> range:
+    """Positions of a region's inputs that its loop carries from step to step (scan: after
+    the constants; while: the last ones, see ``region_operands``); none for a branch."""
+    if op.primitive == "scan":
+        nc = op.params["num_consts"]
+        return range(nc, nc + op.params["num_carry"])
+    if op.primitive == "while":
+        k = len(op.operands) - op.params["cond_nconsts"] - op.params["body_nconsts"]
+        return range(region_inputs - k, region_inputs)
+    return range(0)
+
+
 def region_operands(op) -> list[tuple]:
     """Per region of ``op``, the outer operands its inputs stand for."""
     if op.primitive == "scan":
