@@ -19,7 +19,7 @@ import time
 import _common
 
 import workbench as wb
-from workbench.core.ir.blocks import block_interior
+from workbench.core.anatomy.blocks import block_interior
 from workbench.models import build, lm
 
 

@@ -41,8 +41,8 @@ from jax.sharding import PartitionSpec as P
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import workbench as wb
-from workbench.core.calibrate import chain_time
-from workbench.core.run import TrainingStep, example_inputs
+from workbench.core.hardware.calibrate import chain_time
+from workbench.core.lowering.run import TrainingStep, example_inputs
 from workbench.models import build, lm
 
 #: Links per stretch of compute, each three kernels (a matmul, tanh with the add, a row max).

@@ -22,7 +22,7 @@ import _common
 
 import workbench as wb
 from workbench.core import hardware as hw
-from workbench.core import plan as planner
+from workbench.core.plan import plan as planner
 from workbench.models import build, lm
 
 MESH = wb.Mesh({"batch": 2, "model": 4})

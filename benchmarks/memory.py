@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import workbench as wb
 from tests.core.lowering.strategies import strategies
 from workbench.core import hardware as hw
-from workbench.core.crosscheck import compiled_memory
+from workbench.core.xla.crosscheck import compiled_memory
 from workbench.models import build
 
 MESH = wb.Mesh({"batch": 2, "model": 4})

@@ -16,7 +16,7 @@ from jax.sharding import NamedSharding
 
 import workbench as wb
 from workbench.core.lowering.explicit import jax_mesh, spec
-from workbench.core.propagation import op_index
+from workbench.core.propagate.propagation import op_index
 from workbench.models import build, lm
 
 MESH = wb.Mesh({"batch": 2, "model": 4})

@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import workbench as wb
 from tests.core.lowering.strategies import MP_FOR
-from workbench.core.calibrate import calibrate
-from workbench.core.run import TrainingStep, compare, example_inputs, reference_outputs
-from workbench.core.strategies import BP, Z3
+from workbench.core.hardware.calibrate import calibrate
+from workbench.core.lowering.run import TrainingStep, compare, example_inputs, reference_outputs
+from workbench.core.strategies.named import BP, Z3
 from workbench.core.units import format_bytes
 from workbench.models import build, lm
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import workbench as wb
 from tests.core.lowering.strategies import CASES, strategies
-from workbench.core.crosscheck import (
+from workbench.core.xla.crosscheck import (
     compiled_collectives,
     crosscheck,
     executed_bytes,

@@ -12,13 +12,13 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.io.imports import Imported
 from workbench.core.ir.capture import capture, tag
 from workbench.core.ir.program import Program
-from workbench.core.mesh import Mesh
+from workbench.core.layout.mesh import Mesh
+from workbench.core.layout.sharding import Sharding
 from workbench.core.partition import partition
-from workbench.core.search import Auto
+from workbench.core.propagate.tactics import Atomic, Replicate, Tactic, Tile
+from workbench.core.search.tree import Auto
 from workbench.core.session import Session
-from workbench.core.sharding import Sharding
-from workbench.core.strategies import BP, EMB, MP, MQ, SP, Z2, Z3, Role
-from workbench.core.tactics import Atomic, Replicate, Tactic, Tile
+from workbench.core.strategies.named import BP, EMB, MP, MQ, SP, Z2, Z3, Role
 
 __all__ = [
     "BP",

@@ -55,7 +55,7 @@ class UsageError(Exception):
 def parse_mesh(text: str) -> dict[str, int]:
     """``"batch=2,model=4"`` -> ``{"batch": 2, "model": 4}``."""
     from workbench.core.errors import MeshError
-    from workbench.core.mesh import Mesh
+    from workbench.core.layout.mesh import Mesh
 
     axes: dict[str, int] = {}
     for part in text.split(","):
@@ -76,7 +76,7 @@ def parse_mesh(text: str) -> dict[str, int]:
 
 
 def parse_overlap(text: str) -> str | float:
-    from workbench.core.overlap import OVERLAPS
+    from workbench.core.estimate.overlap import OVERLAPS
 
     if text in OVERLAPS:
         return text
@@ -107,7 +107,7 @@ def parse_tactic(text: str, mesh: dict[str, int]):
     """``"MP('model', hidden='params/layers/0/w')"`` -> the tactic, checked like a strategy
     file's entry (the same fixed table of classes); nothing is evaluated."""
     from workbench.core.errors import WorkbenchError
-    from workbench.core.export import FORMAT, tactic_classes, tactics_from_json
+    from workbench.core.io.export import FORMAT, tactic_classes, tactics_from_json
 
     classes = tactic_classes()
     example = "write e.g. \"BP('batch')\" or \"Tile('params/**/w_in', -1, 'model')\""
@@ -159,7 +159,7 @@ def parse_tactic(text: str, mesh: dict[str, int]):
 def read_strategy(path: str):
     """``(mesh dict, tactics)`` of a strategy file, with the loader ``Session.load`` uses."""
     from workbench.core.errors import WorkbenchError
-    from workbench.core.export import tactics_from_json
+    from workbench.core.io.export import tactics_from_json
 
     try:
         data = json.loads(Path(path).read_text())

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 import workbench as wb
-from workbench.core.propagation import op_index
+from workbench.core.propagate.propagation import op_index
 from workbench.models import build
 
 

@@ -8,10 +8,10 @@ import jax
 import numpy as np
 import pytest
 
-from workbench.core import calibrate as cal
 from workbench.core import hardware as hw
-from workbench.core.calibrate import Sample, calibrate, fit_link
-from workbench.core.mesh import Mesh
+from workbench.core.hardware import calibrate as cal
+from workbench.core.hardware.calibrate import Sample, calibrate, fit_link
+from workbench.core.layout.mesh import Mesh
 
 # times the attached devices: in the full suite (CI), not the fast lane
 pytestmark = pytest.mark.slow

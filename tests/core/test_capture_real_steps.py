@@ -18,7 +18,7 @@ import pytest
 from jax import lax
 
 import workbench as wb
-from workbench.core.crosscheck import crosscheck
+from workbench.core.xla.crosscheck import crosscheck
 
 optax = pytest.importorskip("optax")
 
@@ -91,7 +91,7 @@ def test_dropout_with_a_typed_key_input():
 
 
 def test_key_arrays_copy_to_the_host_and_back():
-    from workbench.core.run import host_copy
+    from workbench.core.lowering.run import host_copy
 
     keys = jax.random.split(jax.random.key(0, impl="rbg"), 3)
     copy = host_copy(keys)

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from jax import lax
 
-from workbench.core.costs import OpCost, is_known, jaxpr_cost, op_cost, op_time
-from workbench.core.hardware import CPU, H100
-from workbench.core.rules import RULES
-from workbench.core.rules.mapping import TensorType
+from workbench.core.hardware.spec import CPU, H100
+from workbench.core.ops import RULES
+from workbench.core.ops.costs import OpCost, is_known, jaxpr_cost, op_cost, op_time
+from workbench.core.ops.mapping import TensorType
 
 f32 = jnp.float32
 X = jnp.linspace(0.1, 0.9, 64 * 128, dtype=f32).reshape(64, 128)

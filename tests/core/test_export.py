@@ -12,10 +12,10 @@ import pytest
 
 import workbench as wb
 from tests.core.lowering.strategies import strategies
-from workbench.core.crosscheck import compiled_collectives
 from workbench.core.errors import WorkbenchError
-from workbench.core.hlo import normalize_cpu, parse_collectives
-from workbench.core.strategies import BP, MP, Z3
+from workbench.core.strategies.named import BP, MP, Z3
+from workbench.core.xla.crosscheck import compiled_collectives
+from workbench.core.xla.hlo import normalize_cpu, parse_collectives
 from workbench.models import build
 
 MESH = wb.Mesh({"batch": 2, "model": 4})
@@ -50,7 +50,7 @@ def test_exported_code_is_readable():
     code = s.export_code()
     assert "SCHEDULE = [\n    BP(axis='batch'),\n    MP(axis='model'),\n" in code
     assert "    Tile(selector='params/embed', dim=0, axis='model'),\n]" in code
-    assert "from workbench.core.strategies import BP, MP" in code
+    assert "from workbench.core.strategies.named import BP, MP" in code
 
 
 def test_searches_export_as_what_they_decided():

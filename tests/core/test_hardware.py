@@ -9,7 +9,7 @@ import pytest
 
 from workbench.core import hardware as hw
 from workbench.core.errors import MeshError
-from workbench.core.hardware import (
+from workbench.core.hardware.spec import (
     A100,
     CPU,
     H100,
@@ -23,7 +23,7 @@ from workbench.core.hardware import (
     Link,
     collective_time,
 )
-from workbench.core.mesh import Mesh
+from workbench.core.layout.mesh import Mesh
 
 GB = 1e9
 

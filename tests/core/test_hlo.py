@@ -1,4 +1,4 @@
-"""Reading collectives out of compiled HLO text (workbench.core.hlo)."""
+"""Reading collectives out of compiled HLO text (workbench.core.xla.hlo)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from workbench.core.hlo import (
+from workbench.core.layout.mesh import Mesh
+from workbench.core.xla.hlo import (
     HloCollective,
     bytes_by_kind,
     normalize_cpu,
     parse_collectives,
     parse_transposes,
 )
-from workbench.core.mesh import Mesh
 
 AXES = (("batch", 2), ("model", 4))
 

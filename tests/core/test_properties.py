@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 import workbench as wb
 from tests.core.zoo import ZOO, program
-from workbench.core.propagation import Propagator
-from workbench.core.rules import RULES
-from workbench.core.rules.shape import reshape_factors
+from workbench.core.ops import RULES
+from workbench.core.ops.shape import reshape_factors
+from workbench.core.propagate.propagation import Propagator
 
 MESH = wb.Mesh({"batch": 2, "model": 4})
 

@@ -6,11 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.sharding import PartitionSpec as P
 
+from workbench.core.layout.mesh import Mesh
+from workbench.core.layout.redistribute import layout_key, peak_bytes, redistribute
+from workbench.core.layout.sharding import Sharding
 from workbench.core.lowering.explicit import jax_mesh
 from workbench.core.lowering.steps import run_step
-from workbench.core.mesh import Mesh
-from workbench.core.redistribute import layout_key, peak_bytes, redistribute
-from workbench.core.sharding import Sharding
 
 MESH = Mesh({"a": 2, "b": 4})
 SHAPE = (8, 16, 4)

@@ -9,7 +9,7 @@ import pytest
 import workbench as wb
 from workbench.core import hardware as hw
 from workbench.core.errors import TacticError
-from workbench.core.search import Auto, Search, decision_groups
+from workbench.core.search.tree import Auto, Search, decision_groups
 from workbench.models import build, lm
 
 

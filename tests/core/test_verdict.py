@@ -12,10 +12,10 @@ import optax
 import pytest
 
 import workbench as wb
-from workbench.core import plan as planning
 from workbench.core.lowering.float64 import reference64
-from workbench.core.run import compare, example_inputs, references
-from workbench.core.verdict import FACTOR, check
+from workbench.core.lowering.run import compare, example_inputs, references
+from workbench.core.lowering.verdict import FACTOR, check
+from workbench.core.plan import plan as planning
 from workbench.models import build
 from workbench.models.external import EXTERNAL, build_external
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.core.collectives import Collective
+from workbench.core.layout.collectives import Collective
 from workbench.viz import PALETTE, REPLICATED, program_graph, to_svg
 from workbench.viz.style import CONFLICT
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.core.sharding import Sharding
+from workbench.core.layout.sharding import Sharding
 from workbench.viz import device_blocks, device_grid, device_grid_text
 
 from .programs import MESH, MLP_ARGS, mlp

@@ -14,7 +14,7 @@ import workbench as wb
 from tests.widgets.conftest import MESH, on_page
 from workbench.core import hardware as hw
 from workbench.core.errors import WorkbenchError
-from workbench.core.strategies import suggested_axis
+from workbench.core.strategies.named import suggested_axis
 from workbench.models import build
 from workbench.widgets import Workbench, render
 from workbench.widgets.controls import OFFERED

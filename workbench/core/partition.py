@@ -8,8 +8,8 @@ import jax
 from jax.sharding import NamedSharding
 
 from workbench.core.ir.capture import bind_arguments, capture
+from workbench.core.layout.mesh import Mesh
 from workbench.core.lowering.explicit import spec
-from workbench.core.mesh import Mesh
 from workbench.core.session import Session
 
 

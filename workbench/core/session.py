@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from jax import sharding as jax_sharding
 
 from workbench.core.errors import HistoryError, WorkbenchError
-from workbench.core.explain import ConflictReport, Event, Why, events, report, why
 from workbench.core.ir.program import Program
-from workbench.core.mesh import Mesh
-from workbench.core.sharding import Sharding
-from workbench.core.state import State
-from workbench.core.tactics import Tactic, apply_tactic
+from workbench.core.layout.mesh import Mesh
+from workbench.core.layout.sharding import Sharding
+from workbench.core.layout.state import State
+from workbench.core.propagate.explain import ConflictReport, Event, Why, events, report, why
+from workbench.core.propagate.tactics import Tactic, apply_tactic
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +173,7 @@ class Session:
     def plan(self, step: int | None = None):
         """The execution plan of the state at ``step`` (default: the current one), cached
         per state."""
-        from workbench.core.plan import build_plan
+        from workbench.core.plan.plan import build_plan
 
         state = self.state if step is None else self.state_at(step)
         cache = self.__dict__.setdefault("_plans", {})
@@ -190,7 +190,7 @@ class Session:
         preset) at ``step`` (default: the current one): time by compute and collective kind,
         and peak memory by category. Cached per state, spec and overlap, as plans are."""
         from workbench.core import hardware as presets
-        from workbench.core.simulator import estimate
+        from workbench.core.estimate.simulator import estimate
 
         state = self.state if step is None else self.state_at(step)
         hardware = hardware or presets.CPU
@@ -207,7 +207,7 @@ class Session:
         inputs whose buffers the step may reuse (``jax.jit``'s ``donate_argnums``); ``probes``:
         top-level value ids the function also returns, after the outputs."""
         from workbench.core.lowering import constrained, explicit
-        from workbench.core.plan import build_plan
+        from workbench.core.plan.plan import build_plan
 
         if kind == "explicit":
             plan = build_plan(self.program, self.mesh, self.state, probes) if probes else None
@@ -237,8 +237,8 @@ class Session:
     ):
         """Run on the attached devices; outputs checked against the unpartitioned program,
         timed (as a training loop runs the step unless ``training_loop=False``; see
-        `workbench.core.run.run`)."""
-        from workbench.core.run import run
+        `workbench.core.lowering.run.run`)."""
+        from workbench.core.lowering.run import run
 
         return run(
             self,
@@ -298,26 +298,26 @@ class Session:
 
     def export_code(self) -> str:
         """Python that rebuilds this session's schedule (``build(program)`` in the text)."""
-        from workbench.core.export import export_code
+        from workbench.core.io.export import export_code
 
         return export_code(self)
 
     def export_jax(self) -> str:
         """A standalone module of plain JAX applying these shardings (no workbench needed)."""
-        from workbench.core.export_jax import export_jax
+        from workbench.core.io.export_jax import export_jax
 
         return export_jax(self)
 
     def save(self, path):
         """Write the schedule as a JSON strategy file (data only)."""
-        from workbench.core.export import save
+        from workbench.core.io.export import save
 
         return save(self, path)
 
     @classmethod
     def load(cls, program: Program, path) -> Session:
         """A session of ``program`` with the mesh and schedule a strategy file holds."""
-        from workbench.core.export import load
+        from workbench.core.io.export import load
 
         return load(program, path)
 

@@ -22,9 +22,9 @@ from collections.abc import Iterable, Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.core.collectives import KINDS
 from workbench.core.errors import WorkbenchError
-from workbench.core.simulator import CATEGORIES, Estimate
+from workbench.core.estimate.simulator import CATEGORIES, Estimate
+from workbench.core.layout.collectives import KINDS
 from workbench.core.units import format_bytes, format_seconds
 from workbench.viz.style import (
     CATEGORY_COLORS,

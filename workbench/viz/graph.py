@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import graphviz
 
-from workbench.core.collectives import Collective
 from workbench.core.gcpause import without_gc
 from workbench.core.ir.program import Op, Program
-from workbench.core.mesh import Mesh
-from workbench.core.state import State
+from workbench.core.layout.collectives import Collective
+from workbench.core.layout.mesh import Mesh
+from workbench.core.layout.state import State
 from workbench.viz import style
 from workbench.viz.blocks import assign_blocks
 from workbench.viz.collapse import MAX_NODES, PHASES, Nodes, assign_nodes

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from workbench.core.collectives import Collective
-from workbench.core.explain import report
 from workbench.core.ir.program import Op
-from workbench.core.sharding import Sharding
+from workbench.core.layout.collectives import Collective
+from workbench.core.layout.sharding import Sharding
+from workbench.core.propagate.explain import report
 from workbench.core.units import format_bytes
 from workbench.viz import style
 

@@ -21,8 +21,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.core.errors import MeshError
-from workbench.core.mesh import Mesh
-from workbench.core.sharding import Sharding
+from workbench.core.layout.mesh import Mesh
+from workbench.core.layout.sharding import Sharding
 from workbench.viz.style import PALETTE, partial_note
 
 MAX_FACETS = 16  # beyond this many leading blocks, they are stacked as rows instead

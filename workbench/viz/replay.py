@@ -13,10 +13,10 @@ import re
 from collections.abc import Sequence
 
 from workbench.core.errors import UnknownValueError
-from workbench.core.explain import Event
 from workbench.core.gcpause import without_gc
 from workbench.core.ir.program import Program
-from workbench.core.mesh import Mesh
+from workbench.core.layout.mesh import Mesh
+from workbench.core.propagate.explain import Event
 from workbench.viz import style
 from workbench.viz.graph import Picture
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from workbench.core.mesh import Mesh
-from workbench.core.sharding import REDUCTIONS, Sharding
+from workbench.core.layout.mesh import Mesh
+from workbench.core.layout.sharding import REDUCTIONS, Sharding
 
 #: Colours for mesh axes, in mesh order (Okabe-Ito; vermillion late, so red means "conflict").
 PALETTE = (

@@ -12,10 +12,10 @@ from collections.abc import Iterable, Sequence
 
 import plotly.graph_objects as go
 
-from workbench.core.collectives import Collective
 from workbench.core.errors import WorkbenchError
+from workbench.core.estimate.simulator import CollectiveEstimate, Estimate
+from workbench.core.layout.collectives import Collective
 from workbench.core.session import Session
-from workbench.core.simulator import CollectiveEstimate, Estimate
 from workbench.core.units import format_bytes, format_seconds
 from workbench.viz.charts import FONT
 from workbench.viz.style import KIND_COLORS

@@ -11,9 +11,9 @@ from __future__ import annotations
 import ipywidgets as w
 
 from workbench.core.ir.selectors import select
-from workbench.core.search import Auto
-from workbench.core.strategies import STRATEGIES, suggested_axis
-from workbench.core.tactics import Atomic, Replicate, Tile
+from workbench.core.propagate.tactics import Atomic, Replicate, Tile
+from workbench.core.search.tree import Auto
+from workbench.core.strategies.named import STRATEGIES, suggested_axis
 from workbench.core.units import format_bytes, format_seconds
 
 SUGGESTED = "suggested"

@@ -17,8 +17,8 @@ import ipywidgets as w
 
 from workbench.core import hardware as presets
 from workbench.core.errors import WorkbenchError
-from workbench.core.export import to_json
 from workbench.core.gcpause import without_gc
+from workbench.core.io.export import to_json
 from workbench.core.ir.capture import capture
 from workbench.core.ir.program import Program
 from workbench.core.session import Session
@@ -360,7 +360,7 @@ class Workbench(w.VBox):
     def calibrated(self):
         """A spec measured on the attached devices (once; quick mode)."""
         if self._calibrated is None:
-            from workbench.core.calibrate import calibrate
+            from workbench.core.hardware.calibrate import calibrate
 
             self._calibrated = calibrate(quick=True)
         return self._calibrated

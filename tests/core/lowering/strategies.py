@@ -1,6 +1,6 @@
 """The named strategies per zoo model, with the selectors each model needs."""
 
-from workbench.core.strategies import BP, MP, Z3
+from workbench.core.strategies.named import BP, MP, Z3
 
 MP_FOR = {
     "mlp": MP("model", hidden="params/layers/0/w"),

@@ -8,7 +8,7 @@ import pytest
 import workbench as wb
 from tests.core.lowering.strategies import CASES, strategies
 from tests.core.zoo import program
-from workbench.core.crosscheck import crosscheck
+from workbench.core.xla.crosscheck import crosscheck
 
 # compiles every zoo model under every strategy: in the full suite (CI), not the fast lane
 pytestmark = pytest.mark.slow

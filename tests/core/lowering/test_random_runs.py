@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import workbench as wb
-from workbench.core.strategies import BP, MP, Z2, Z3
+from workbench.core.strategies.named import BP, MP, Z2, Z3
 from workbench.models import build, lm
 
 MESH = wb.Mesh({"batch": 2, "model": 4})

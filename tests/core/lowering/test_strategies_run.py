@@ -49,8 +49,8 @@ def test_strategies_shard_what_they_say(model):
 
 
 def test_a_run_names_the_outputs_out_of_tolerance():
-    from workbench.core.run import example_inputs, references, tolerance_dtypes
-    from workbench.core.verdict import gradient_probes, judge
+    from workbench.core.lowering.run import example_inputs, references, tolerance_dtypes
+    from workbench.core.lowering.verdict import gradient_probes, judge
 
     program = concrete("mlp")
     flat = example_inputs(program)
@@ -89,7 +89,7 @@ def test_runs_step_as_a_training_loop(lowering):
 
 
 def test_a_training_step_feeds_its_outputs_to_the_next():
-    from workbench.core.run import TrainingStep, example_inputs
+    from workbench.core.lowering.run import TrainingStep, example_inputs
 
     program = concrete("mlp")
     s = wb.Session(program, MESH, strategies("mlp")["BP+MP+Z3"])

@@ -25,7 +25,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from workbench.core.errors import TacticError, WorkbenchError
 from workbench.core.io.specs import logical_leaves, spec_entry
 from workbench.core.ir.selectors import exact
-from workbench.core.tactics import Tactic, Tile
+from workbench.core.propagate.tactics import Tactic, Tile
 
 #: ``(selector, dim, axis)`` per tile
 Triples = tuple[tuple[str, int, str], ...]

@@ -24,8 +24,8 @@ import jax
 import numpy as np
 from jax.extend import core as jex
 
+from workbench.core.dtypes import as_dtype
 from workbench.core.errors import CaptureError
-from workbench.core.ir.dtypes import as_dtype
 from workbench.core.ir.phases import dataflow_phases
 from workbench.core.ir.program import Lit, Op, Operand, Program, Region, Value
 

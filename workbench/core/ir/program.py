@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from workbench.core.errors import UnknownValueError, closest_names
-from workbench.core.rules.mapping import FactorMapping, TensorType
+from workbench.core.ops.mapping import FactorMapping, TensorType
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ class Value:
 
     def type_sharding(self):
         """This value whole on every device."""
-        from workbench.core.sharding import Sharding
+        from workbench.core.layout.sharding import Sharding
 
         return Sharding.unsharded(self.shape, self.dtype)
 
@@ -239,7 +239,7 @@ class Program:
     def mappings(self) -> tuple[FactorMapping, ...]:
         """Each op's factor mapping from its sharding rule, computed once per class of ops
         alike (``alike``)."""
-        from workbench.core.rules import mapping_of
+        from workbench.core.ops import mapping_of
 
         first: dict[int, FactorMapping] = {}
         out = []
@@ -254,7 +254,7 @@ class Program:
         """What the program is made of, read from its structure (``ir.anatomy``); built once."""
         cached = self.__dict__.get("_anatomy")
         if cached is None:
-            from workbench.core.ir.anatomy import build_anatomy
+            from workbench.core.anatomy.build import build_anatomy
 
             cached = self.__dict__["_anatomy"] = build_anatomy(self)
         return cached

@@ -7,10 +7,10 @@ from __future__ import annotations
 import jax
 from jax.sharding import NamedSharding
 
+from workbench.core.layout.mesh import Mesh
+from workbench.core.layout.sharding import Sharding
 from workbench.core.lowering.explicit import jax_mesh, spec
 from workbench.core.lowering.interpret import Interpreter
-from workbench.core.mesh import Mesh
-from workbench.core.sharding import Sharding
 
 
 class _Constrained(Interpreter):

@@ -13,12 +13,12 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from workbench.core.ir.program import Lit
+from workbench.core.layout.mesh import Mesh
+from workbench.core.layout.redistribute import as_layout, layout_key
 from workbench.core.lowering.interpret import Interpreter, literal
 from workbench.core.lowering.local import bind_local
 from workbench.core.lowering.steps import run_step
-from workbench.core.mesh import Mesh
-from workbench.core.plan import Fetch, Plan
-from workbench.core.redistribute import as_layout, layout_key
+from workbench.core.plan.plan import Fetch, Plan
 
 
 class _Explicit(Interpreter):

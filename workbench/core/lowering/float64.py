@@ -6,7 +6,7 @@ program asks for: inputs, literals and constants are widened, dtype parameters
 and ``reduce_precision`` is skipped. Ops that read bits rather than numbers
 (``bitcast_convert_type``, the random primitives) run at the program's own dtypes and
 their results are widened. The partitioned and the unpartitioned runs are then each judged
-by their distance to this reference (``workbench.core.verdict``).
+by their distance to this reference (``workbench.core.lowering.verdict``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, jaxpr_as_fun
 
-from workbench.core.ir.dtypes import is_extended
+from workbench.core.dtypes import is_extended
 from workbench.core.ir.program import Lit, Op
 from workbench.core.lowering.interpret import Interpreter, literal
 

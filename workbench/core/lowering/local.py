@@ -12,8 +12,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from workbench.core.mesh import Mesh
-from workbench.core.sharding import Sharding
+from workbench.core.layout.mesh import Mesh
+from workbench.core.layout.sharding import Sharding
 
 
 def shard_index(axes, mesh: Mesh):
@@ -62,7 +62,7 @@ def local_params(op, params: dict, ins: list[Sharding], outs: list[Sharding], me
 def bind_local(op, args: list, ins: list[Sharding], outs: list[Sharding], mesh: Mesh, plan) -> list:
     """Run ``op`` on local shards laid out as ``ins``, producing ``outs``: by the lowering
     in the primitive's record if it has one (see ``rules.registry.Record``)."""
-    from workbench.core.rules.registry import RECORDS
+    from workbench.core.ops.registry import RECORDS
 
     record = RECORDS.get(op.primitive)
     if record is not None and record.local is not None:

@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from workbench.core.ir.dtypes import is_extended
+from workbench.core.dtypes import is_extended
+from workbench.core.layout.mesh import Mesh
+from workbench.core.layout.redistribute import Step
 from workbench.core.lowering.local import shard_index
-from workbench.core.mesh import Mesh
-from workbench.core.redistribute import Step
 
 
 def _names(axes):

@@ -1,0 +1,1 @@
+"""Anatomy: what a training step is made of, read from its structure alone."""

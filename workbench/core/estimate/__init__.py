@@ -1,0 +1,1 @@
+"""The simulator: compute, communication, memory and overlap of one step per device."""

@@ -1,0 +1,54 @@
+"""Hardware specs: what a chip computes and moves per second, with sources; the presets.
+
+``wb.hardware`` is this package: ``wb.hardware.H100``, ``wb.hardware.PRESETS``.
+"""
+
+from workbench.core.hardware.spec import (
+    A100,
+    CPU,
+    H100,
+    H200,
+    KINDS,
+    PRESETS,
+    TOPOLOGIES,
+    TPU_V4,
+    TPU_V5E,
+    TPU_V5P,
+    XLA_COMBINE_BYTES,
+    XLA_CPU_COMBINE_BYTES,
+    Hardware,
+    HardwareError,
+    Link,
+    all_gather_time,
+    all_reduce_time,
+    all_to_all_time,
+    collective_time,
+    dtype_name,
+    permute_time,
+    reduce_scatter_time,
+)
+
+__all__ = [
+    "A100",
+    "CPU",
+    "H100",
+    "H200",
+    "KINDS",
+    "PRESETS",
+    "TOPOLOGIES",
+    "TPU_V4",
+    "TPU_V5E",
+    "TPU_V5P",
+    "XLA_COMBINE_BYTES",
+    "XLA_CPU_COMBINE_BYTES",
+    "Hardware",
+    "HardwareError",
+    "Link",
+    "all_gather_time",
+    "all_reduce_time",
+    "all_to_all_time",
+    "collective_time",
+    "dtype_name",
+    "permute_time",
+    "reduce_scatter_time",
+]

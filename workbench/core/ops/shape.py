@@ -1,0 +1,242 @@
+"""Ops that move data between dimensions: broadcast, reshape, transpose, squeeze, reverse,
+concatenate, pad, slice, split, iota.
+
+A reshape maps each dimension to several factors (a merge ``[B, S] -> [B*S]`` gives the
+result dimension the factors ``(B, S)``), so a split batch still propagates.
+"""
+
+from __future__ import annotations
+
+from workbench.core.ops.elementwise import is_zero_literal
+from workbench.core.ops.mapping import MappingBuilder
+from workbench.core.ops.registry import register
+
+
+@register("broadcast_in_dim")
+def _broadcast_in_dim_rule(params, operands, results):
+    x = operands[0]
+    (out,) = results
+    b = MappingBuilder()
+    out_dims = [None] * out.rank
+    in_dims = []
+    for d, od in enumerate(params["broadcast_dimensions"]):
+        if x.shape[d] == out.shape[od]:
+            f = b.factor(x.shape[d])
+            out_dims[od] = (f,)
+            in_dims.append((f,))
+        else:  # a size-1 dimension stretched
+            in_dims.append(())
+    for od in range(out.rank):
+        if out_dims[od] is None:
+            out_dims[od] = (b.factor(out.shape[od]),) if out.shape[od] != 1 else ()
+    b.operand(in_dims)
+    for extra in operands[1:]:  # dynamic shape operands
+        b.operand([() for _ in extra.shape])
+    b.result(out_dims)
+    return b.build(linear=((0,),), structural=True)
+
+
+def reshape_factors(in_shape, out_shape) -> tuple[list[int], list[tuple], list[tuple], set[int]]:
+    """The common refinement of two shapes of one array: factor sizes, per-dim factors, blocked.
+
+    Dimensions are grouped where their products agree; within a group the factors are
+    the ratios of the merged prefix-product boundaries. A group whose boundaries do not
+    divide one another (``[6, 4] -> [4, 6]``) gets blocked factors.
+    """
+    sizes: list[int] = []
+    blocked: set[int] = set()
+    in_dims: list = [()] * len(in_shape)
+    out_dims: list = [()] * len(out_shape)
+    i = j = 0
+    while i < len(in_shape) or j < len(out_shape):
+        gi, gj = [], []
+        pi = pj = 1
+        while True:
+            while i < len(in_shape) and in_shape[i] == 1:
+                i += 1
+            while j < len(out_shape) and out_shape[j] == 1:
+                j += 1
+            if i >= len(in_shape) and j >= len(out_shape):
+                break
+            if pi <= pj and i < len(in_shape):
+                gi.append(i)
+                pi *= in_shape[i]
+                i += 1
+            elif j < len(out_shape):
+                gj.append(j)
+                pj *= out_shape[j]
+                j += 1
+            else:
+                gi.append(i)
+                pi *= in_shape[i]
+                i += 1
+            if pi == pj:
+                break
+        if not gi and not gj:
+            break
+        _refine(in_shape, out_shape, gi, gj, sizes, blocked, in_dims, out_dims)
+    return sizes, in_dims, out_dims, blocked
+
+
+def _refine(in_shape, out_shape, gi, gj, sizes, blocked, in_dims, out_dims):
+    def bounds(shape, group):
+        acc, out = 1, []
+        for d in group:
+            acc *= shape[d]
+            out.append(acc)
+        return out
+
+    bi, bj = bounds(in_shape, gi), bounds(out_shape, gj)
+    merged = sorted(set(bi) | set(bj))
+    ok = all(b % a == 0 for a, b in zip([1, *merged], merged))
+    if not ok:
+        for shape, group, dims in ((in_shape, gi, in_dims), (out_shape, gj, out_dims)):
+            for d in group:
+                sizes.append(shape[d])
+                blocked.add(len(sizes) - 1)
+                dims[d] = (len(sizes) - 1,)
+        return
+    first = len(sizes)
+    prev = 1
+    for boundary in merged:
+        sizes.append(boundary // prev)
+        prev = boundary
+    index = {boundary: first + k for k, boundary in enumerate(merged)}
+    for group, dims, bnds in ((gi, in_dims, bi), (gj, out_dims, bj)):
+        lo = 1
+        for d, hi in zip(group, bnds):
+            dims[d] = tuple(index[m] for m in merged if lo < m <= hi)
+            lo = hi
+
+
+@register("reshape")
+def _reshape_rule(params, operands, results):
+    if params.get("dimensions") not in (None, ()):
+        raise ValueError("reshape with a dimension permutation")
+    x = operands[0]
+    (out,) = results
+    sizes, in_dims, out_dims, blocked = reshape_factors(tuple(x.shape), tuple(out.shape))
+    b = MappingBuilder()
+    for n in sizes:
+        b.factor(n)
+    b.blocked |= blocked
+    b.operand(in_dims)
+    for extra in operands[1:]:
+        b.operand([() for _ in extra.shape])
+    b.result(out_dims)
+    return b.build(linear=((0,),), structural=True)
+
+
+@register("transpose")
+def _transpose_rule(params, operands, results):
+    (x,) = operands
+    b = MappingBuilder()
+    dims = b.dims_for(x.shape)
+    b.operand(dims)
+    b.result([dims[p] for p in params["permutation"]])
+    return b.build(linear=((0,),), structural=True)
+
+
+@register("squeeze")
+def _squeeze_rule(params, operands, results):
+    (x,) = operands
+    gone = {d % x.rank for d in params["dimensions"]}
+    b = MappingBuilder()
+    dims = [() if d in gone else (b.factor(n),) for d, n in enumerate(x.shape)]
+    b.operand(dims)
+    b.result([dims[d] for d in range(x.rank) if d not in gone])
+    return b.build(linear=((0,),), structural=True)
+
+
+@register("rev")
+def _rev_rule(params, operands, results):
+    (x,) = operands
+    b = MappingBuilder()
+    dims = [(b.factor(n, blocked=d in params["dimensions"]),) for d, n in enumerate(x.shape)]
+    b.operand(dims)
+    b.result(dims)
+    return b.build(linear=((0,),), structural=True)
+
+
+@register("concatenate")
+def _concatenate_rule(params, operands, results):
+    axis = params["dimension"]
+    (out,) = results
+    b = MappingBuilder()
+    shared = [None if d == axis else (b.factor(n),) for d, n in enumerate(out.shape)]
+    for t in [*operands, out]:
+        dims = [
+            s if s is not None else (b.factor(t.shape[d], blocked=True),)
+            for d, s in enumerate(shared)
+        ]
+        (b.result if t is out else b.operand)(dims)
+    return b.build(linear=(tuple(range(len(operands))),), structural=True)
+
+
+@register("pad")
+def _pad_rule(params, operands, results):
+    x, pad_value = operands
+    (out,) = results
+    b = MappingBuilder()
+    ins, outs = [], []
+    for d, (lo, hi, interior) in enumerate(params["padding_config"]):
+        if lo == hi == interior == 0:
+            f = b.factor(x.shape[d])
+            ins.append((f,))
+            outs.append((f,))
+        else:
+            ins.append((b.factor(x.shape[d], blocked=True),))
+            outs.append((b.factor(out.shape[d], blocked=True),))
+    b.operand(ins)
+    b.operand(())
+    b.result(outs)
+    zero = is_zero_literal(pad_value)
+    return b.build(linear=((0,),) if zero else (), structural=zero)
+
+
+@register("slice")
+def _slice_rule(params, operands, results):
+    (x,) = operands
+    (out,) = results
+    strides = params.get("strides") or (1,) * x.rank
+    b = MappingBuilder()
+    ins, outs = [], []
+    for d, n in enumerate(x.shape):
+        full = (
+            params["start_indices"][d] == 0 and params["limit_indices"][d] == n and strides[d] == 1
+        )
+        if full:
+            f = b.factor(n)
+            ins.append((f,))
+            outs.append((f,))
+        else:
+            ins.append((b.factor(n, blocked=True),))
+            outs.append((b.factor(out.shape[d], blocked=True),))
+    b.operand(ins)
+    b.result(outs)
+    return b.build(linear=((0,),), structural=True)
+
+
+@register("split")
+def _split_rule(params, operands, results):
+    (x,) = operands
+    axis = params["axis"]
+    b = MappingBuilder()
+    shared = [None if d == axis else (b.factor(n),) for d, n in enumerate(x.shape)]
+    for t in [x, *results]:
+        dims = [
+            s if s is not None else (b.factor(t.shape[d], blocked=True),)
+            for d, s in enumerate(shared)
+        ]
+        (b.operand if t is x else b.result)(dims)
+    return b.build(linear=((0,),), structural=True)
+
+
+@register("iota")
+def _iota_rule(params, operands, results):
+    (out,) = results
+    b = MappingBuilder()
+    b.result(b.dims_for(out.shape))
+    for extra in operands:
+        b.operand([() for _ in extra.shape])
+    return b.build()

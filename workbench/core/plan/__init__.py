@@ -1,0 +1,1 @@
+"""The execution plan: per-op layouts, fetches and the collectives they need."""

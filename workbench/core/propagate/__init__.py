@@ -1,0 +1,1 @@
+"""Propagation: tactics, the per-axis worklist to a fixed point, and its explanations."""

@@ -1,0 +1,233 @@
+"""Answers to "why is this value sharded so?" and "why did propagation stop here?"."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.core.layout.sharding import Sharding
+from workbench.core.layout.state import Conflict, Pin, Provenance, State
+
+
+@dataclass(frozen=True, slots=True)
+class Hop:
+    """One edge of a decision's path: ``value`` got the axis from ``source`` over ``op``."""
+
+    value: str
+    op: str | None
+    factor: str | None
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """How one axis reached a value: the tactic, then the hops from its seed to the value."""
+
+    axis: str
+    decision: str  # "dim 0", "pending sum", "replicated" or "atomic"
+    tactic: int | None
+    tactic_text: str
+    hops: tuple[Hop, ...]  # from the tactic's seed to the value
+    part: str = ""  # within a composite tactic, the part whose seed it flowed from
+
+    def __str__(self) -> str:
+        head = f"  {self.axis} on {self.decision}"
+        if self.tactic is None:
+            return head + f" ({self.tactic_text})"
+        lines = [head + f": tactic #{self.tactic} {self.tactic_text}"]
+        if self.part:
+            lines[0] += f", from its part {self.part}"
+        for i, hop in enumerate(self.hops):
+            if hop.op is None:
+                lines.append(f"    {hop.value}  (selected by the tactic)")
+            else:
+                via = f"{hop.op}" + (f" [factor {hop.factor}]" if hop.factor else "")
+                lines.append(f"    {'-> ' if i else ''}{hop.value}  via {via}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    """The provenance of every axis on one value."""
+
+    value: str
+    sharding: Sharding
+    traces: tuple[Trace, ...]
+
+    def __str__(self) -> str:
+        if not self.traces:
+            return (
+                f"{self.value}: {self.sharding}\n  replicated on every axis: no tactic reached it."
+            )
+        return f"{self.value}: {self.sharding}\n" + "\n".join(str(t) for t in self.traces)
+
+    def _repr_pretty_(self, printer, cycle):
+        printer.text(str(self))
+
+
+def chain(state: State, vid: int, axis: str) -> list[Provenance]:
+    """The decisions from the tactic's seed to ``(vid, axis)``, seed first."""
+    out: list[Provenance] = []
+    seen = set()
+    key = (vid, axis)
+    while key in state.provenance and key not in seen:
+        seen.add(key)
+        p = state.provenance[key]
+        out.append(p)
+        if p.source is None:
+            break
+        key = (p.source, axis)
+    return out[::-1]
+
+
+def why(program, state: State, vid: int) -> Why:
+    s = state.shardings[vid]
+    traces = []
+    axes = [a for axes in s.dims for a in axes] + [a for a, _ in s.partial]
+    for axis in axes:
+        steps = chain(state, vid, axis)
+        last = state.provenance.get((vid, axis))
+        decision = (
+            f"dim {s.dim_of(axis)}"
+            if s.dim_of(axis) is not None
+            else f"pending {s.reduction_of(axis)}"
+        )
+        hops = tuple(
+            Hop(
+                program.values[p.value].name,
+                None if p.op is None else program.ops[p.op].name,
+                p.factor,
+                p.step,
+            )
+            for p in steps
+        )
+        tactic = last.tactic if last else None
+        text = (
+            str(state.schedule[tactic])
+            if tactic is not None and tactic < len(state.schedule)
+            else ""
+        )
+        traces.append(Trace(axis, decision, tactic, text, hops, _part_text(state, last)))
+    for axis in sorted(s.replicated):
+        traces.append(Trace(axis, "replicated", None, "kept whole by a Replicate tactic", ()))
+    for axis in sorted(s.atomic):
+        traces.append(Trace(axis, "atomic", None, "frozen by an Atomic tactic", ()))
+    return Why(program.values[vid].name, s, tuple(traces))
+
+
+def _part_text(state: State, record) -> str:
+    if record is None or record.part is None:
+        return ""
+    parts = state.parts.get(record.tactic, ())
+    return str(parts[record.part]) if record.part < len(parts) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One step of a tactic's propagation, in names a user reads.
+
+    ``kind`` is "seed" (the tactic put ``axis`` on ``value``), "tile" or "sum" (it spread
+    over ``op`` from ``source``: a tiled dim, or a pending reduction), "replicate" or
+    "atomic" (a pin), or "conflict" (propagation stopped at ``op``; ``value`` is empty).
+    """
+
+    index: int  # 1-based, the order propagation made it in
+    kind: str
+    axis: str
+    value: str
+    value_id: int | None
+    dim: int | None
+    op: str | None
+    op_id: int | None
+    source: str | None
+    part: str  # the composite's part it flowed from, "" for a primitive tactic
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.index:>5}  {self.text}"
+
+
+def events(program, state: State) -> tuple[Event, ...]:
+    """The events of the tactic that made ``state``, in order (see `Event`)."""
+    names = program.values
+    out = []
+    texts: dict = {}  # (tactic, part) -> its text: a composite's parts are few, its events many
+    for e in state.events:
+        key = (e.tactic, e.part)
+        part = texts.get(key)
+        if part is None:
+            part = texts[key] = _part_text(state, e)
+        if isinstance(e, Provenance):
+            value = names[e.value].name
+            what = f"dim {e.dim}" if e.dim is not None else f"pending {e.reduction}"
+            if e.op is None:
+                kind, text = "seed", f"{value}: {e.axis} on {what} (selected)"
+            else:
+                kind = "tile" if e.dim is not None else "sum"
+                op = program.ops[e.op].name
+                src = "" if e.source is None else f" from {names[e.source].name}"
+                text = f"{value}: {e.axis} on {what} via {op}{src}"
+            out.append(
+                Event(
+                    e.step,
+                    kind,
+                    e.axis,
+                    value,
+                    e.value,
+                    e.dim,
+                    None if e.op is None else program.ops[e.op].name,
+                    e.op,
+                    None if e.source is None else names[e.source].name,
+                    part,
+                    text,
+                )
+            )
+        elif isinstance(e, Pin):
+            kind = "atomic" if e.atomic else "replicate"
+            value = names[e.value].name
+            text = f"{value}: {kind} on {e.axis}"
+            out.append(
+                Event(e.step, kind, e.axis, value, e.value, None, None, None, None, part, text)
+            )
+        else:
+            op = program.ops[e.op].name
+            text = f"conflict at {op} on {e.axis}: {e.reason}"
+            out.append(
+                Event(e.step, "conflict", e.axis, "", None, None, op, e.op, None, part, text)
+            )
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictReport:
+    """A conflict in names a user reads: the op, the axis, who wants what and which tactic."""
+
+    op: str
+    axis: str
+    reason: str
+    claims: tuple[tuple[str, str, str], ...]  # (value, what it wants, tactic)
+    found_by: str
+
+    def __str__(self) -> str:
+        lines = [
+            f"conflict at {self.op} on axis {self.axis!r}: {self.reason} (found by {self.found_by})"
+        ]
+        lines += [f"  {value} wants {wants}  <- {tactic}" for value, wants, tactic in self.claims]
+        return "\n".join(lines)
+
+
+def report(program, state: State, conflict: Conflict) -> ConflictReport:
+    def tactic_text(i):
+        return (
+            f"tactic #{i} {state.schedule[i]}" if i is not None and i < len(state.schedule) else "?"
+        )
+
+    claims = tuple(
+        (program.values[c.value].name, c.wants, tactic_text(c.tactic)) for c in conflict.claims
+    )
+    return ConflictReport(
+        program.ops[conflict.op].name,
+        conflict.axis,
+        conflict.reason,
+        claims,
+        tactic_text(conflict.tactic),
+    )

@@ -1,0 +1,234 @@
+"""Tactics: one user decision about one mesh axis, and the engine step that applies it.
+
+``Tile(selector, dim, axis)`` tiles a dimension of the selected values over an axis;
+``Replicate(selector, axis)`` keeps them whole on it; ``Atomic(selector, axis)`` freezes
+them on it, so propagation never crosses them (a later ``Tile`` may still tile them: an
+explicit decision, which then does not spread). Composite tactics (named strategies,
+search) expand into these. Applying a tactic validates everything before it writes
+anything, so a failed tactic leaves no trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from workbench.core.errors import TacticError, WorkbenchError, closest_names
+from workbench.core.gcpause import without_gc
+from workbench.core.ir.selectors import Selector, select
+from workbench.core.layout.mesh import Mesh
+from workbench.core.layout.state import State
+from workbench.core.propagate.propagation import Propagator
+
+
+def _freeze(selector: Selector) -> Selector:
+    """Lists become tuples so tactics stay hashable; anything else is checked when applied."""
+    return tuple(selector) if isinstance(selector, list | tuple) else selector
+
+
+def _selector_text(selector: Selector) -> str:
+    return repr(list(selector)) if isinstance(selector, tuple) else repr(selector)
+
+
+class Tactic:
+    """Base of all tactics. A composite overrides ``expand``; a primitive overrides ``seed``."""
+
+    axis: str
+
+    def expand(self, program, mesh: Mesh, state: State) -> Sequence[Tactic]:
+        """The primitive tactics this one stands for, given the state it applies to."""
+        return [self]
+
+    def seed(self, prop: Propagator, mesh: Mesh) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def _check_axis(tactic, mesh: Mesh) -> None:
+    if not isinstance(tactic.axis, str) or tactic.axis not in mesh:
+        hint = closest_names(str(tactic.axis), mesh.names)
+        raise TacticError(
+            f"{tactic}: axis {tactic.axis!r} is not in {mesh}"
+            + (f"; did you mean {hint[0]!r}?" if hint else f"; use one of {list(mesh.names)}.")
+        )
+
+
+def _decided_by(prop: Propagator, vid: int, axis: str) -> str:
+    p = prop.prov.get((vid, axis))
+    if p is None:
+        return ""
+    schedule = prop.schedule
+    what = str(schedule[p.tactic]) if p.tactic < len(schedule) else "this tactic"
+    return f" by tactic #{p.tactic} {what}"
+
+
+@dataclass(frozen=True, slots=True)
+class Tile(Tactic):
+    """Tile dimension ``dim`` of every value ``selector`` matches over mesh axis ``axis``."""
+
+    selector: Selector
+    dim: int
+    axis: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "selector", _freeze(self.selector))
+
+    def __str__(self) -> str:
+        return f"Tile({_selector_text(self.selector)}, dim={self.dim}, axis={self.axis!r})"
+
+    def seed(self, prop: Propagator, mesh: Mesh) -> None:
+        _check_axis(self, mesh)
+        if isinstance(self.dim, bool) or not isinstance(self.dim, int):
+            raise TacticError(
+                f"{self}: dim must be an integer; got {type(self.dim).__name__} {self.dim!r}."
+            )
+        program, size = prop.program, mesh.axis_size(self.axis)
+        todo = []
+        for vid in select(program, self.selector):
+            v, s = program.values[vid], prop.sh[vid]
+            if not -len(v.shape) <= self.dim < len(v.shape):
+                raise TacticError(
+                    f"{self}: {v.name} has rank {len(v.shape)} (shape {v.shape}), so dim "
+                    f"{self.dim} is out of range; use a dim in [{-len(v.shape)}, {len(v.shape) - 1}]"
+                    if v.shape
+                    else f"{self}: {v.name} is a scalar and has no dim to tile; select arrays only."
+                )
+            d = self.dim % len(v.shape)
+            if s.dim_of(self.axis) == d:
+                continue  # already exactly so
+            if s.uses(self.axis):
+                where = (
+                    f"dim {s.dim_of(self.axis)}"
+                    if s.dim_of(self.axis) is not None
+                    else "a pending reduction"
+                )
+                raise TacticError(
+                    f"{self}: {v.name} already uses axis {self.axis!r} ({where}"
+                    f"{_decided_by(prop, vid, self.axis)}); a mesh axis appears at most once per value "
+                    "and a later tactic never overrides an earlier one. Tile over another axis, "
+                    "or undo the earlier tactic."
+                )
+            if self.axis in s.replicated:
+                raise TacticError(
+                    f"{self}: {v.name} was made replicated on axis {self.axis!r} by an earlier tactic; "
+                    "undo that tactic or tile over another axis."
+                )
+            already = s.shards(d, mesh)
+            if v.shape[d] % (already * size):
+                have = f" already cut in {already} pieces," if already > 1 else ""
+                raise TacticError(
+                    f"{self}: dim {d} of {v.name} has size {v.shape[d]},{have} which mesh axis "
+                    f"{self.axis!r} (size {size}) does not divide; pick a dim whose size "
+                    f"{already * size} divides, or pad it."
+                )
+            todo.append((vid, d))
+        for vid, d in todo:
+            prop.tile(vid, d, self.axis)
+
+
+@dataclass(frozen=True, slots=True)
+class Replicate(Tactic):
+    """Keep every value ``selector`` matches whole on ``axis``: propagation will not tile it."""
+
+    selector: Selector
+    axis: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "selector", _freeze(self.selector))
+
+    def __str__(self) -> str:
+        return f"Replicate({_selector_text(self.selector)}, axis={self.axis!r})"
+
+    def seed(self, prop: Propagator, mesh: Mesh) -> None:
+        _check_axis(self, mesh)
+        todo = []
+        for vid in select(prop.program, self.selector):
+            s = prop.sh[vid]
+            if s.uses(self.axis):
+                raise TacticError(
+                    f"{self}: {prop.program.values[vid].name} is already {s} "
+                    f"on axis {self.axis!r}{_decided_by(prop, vid, self.axis)}; a later tactic never "
+                    "overrides an earlier one. Undo that tactic first, or replicate on another axis."
+                )
+            if self.axis not in s.replicated:
+                todo.append(vid)
+        for vid in todo:
+            prop.pin(vid, self.axis, atomic=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Atomic(Tactic):
+    """Freeze every value ``selector`` matches on ``axis``: propagation never crosses it there."""
+
+    selector: Selector
+    axis: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "selector", _freeze(self.selector))
+
+    def __str__(self) -> str:
+        return f"Atomic({_selector_text(self.selector)}, axis={self.axis!r})"
+
+    def seed(self, prop: Propagator, mesh: Mesh) -> None:
+        _check_axis(self, mesh)
+        todo = [
+            vid
+            for vid in select(prop.program, self.selector)
+            if self.axis not in prop.sh[vid].atomic
+        ]
+        for vid in todo:
+            prop.pin(vid, self.axis, atomic=True)
+
+
+PRIMITIVE_TACTICS = (Tile, Replicate, Atomic)
+
+
+@without_gc
+def apply_tactic(program, mesh: Mesh, state: State, tactic: Tactic) -> State:
+    """The state after ``tactic``: its seeds, then propagation to a fixed point on every axis.
+
+    Pure: ``state`` is never modified, so on error the caller still holds it unchanged.
+    """
+    if not isinstance(tactic, Tactic):
+        raise TacticError(
+            f"expected a tactic such as Tile(selector, dim, axis), Replicate(selector, axis) "
+            f"or Atomic(selector, axis); got {type(tactic).__name__} {tactic!r}."
+        )
+    schedule = (*state.schedule, tactic)
+    prop = Propagator(program, mesh, state, tactic=len(state.schedule), schedule=schedule)
+
+    def run(t: Tactic) -> None:
+        if isinstance(t, PRIMITIVE_TACTICS):
+            if t is not tactic:
+                prop.begin_part(t)
+            t.seed(prop, mesh)
+            prop.settle(t.axis)
+        else:
+            for sub in t.expand(program, mesh, prop.state()):
+                run(sub)
+
+    if isinstance(tactic, PRIMITIVE_TACTICS):
+        run(tactic)
+        return prop.state()
+    try:
+        if getattr(tactic, "one_pass", False):  # every seed placed, then one propagation
+            subs = list(tactic.expand(program, mesh, state))
+            for sub in subs:
+                prop.begin_part(sub)
+                sub.seed(prop, mesh)
+            prop.settle(subs[0].axis if subs else None)  # every axis, to a fixed point
+        else:
+            for sub in tactic.expand(program, mesh, state):
+                run(sub)
+    except WorkbenchError as err:  # say which tactic the user wrote, then what it ran into
+        if str(err).startswith(str(tactic)):
+            raise
+        raise _within(tactic, err) from err
+    return prop.state()
+
+
+def _within(tactic: Tactic, err: WorkbenchError) -> WorkbenchError:
+    message = str(err)
+    try:
+        return type(err)(f"{tactic} failed: {message}")
+    except TypeError:  # an error type with its own constructor
+        return TacticError(f"{tactic} failed: {message}")

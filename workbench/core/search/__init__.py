@@ -1,0 +1,1 @@
+"""Auto: tree search over the decisions a tactic leaves open."""
