@@ -172,7 +172,7 @@ def test_search_results_are_held_by_the_program_while_their_state_lives():
     s.undo()
     s.redo()
     assert len(runs) == searched  # neither export nor redo searched again
-    held = program.__dict__["_search_results"]
+    held = program.cache.get("search.results", dict)
     assert s.state_at(0) in held
     del s
     gc.collect()

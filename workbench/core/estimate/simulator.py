@@ -460,69 +460,70 @@ class _Static:
 
     @classmethod
     def of(cls, program) -> _Static:
-        cached = program.__dict__.get("_simulator_static")
-        if cached is None:
-            order = tuple(program.walk(schedule(program)))
-            outputs = {v for v in program.outputs if isinstance(v, int)}
-            fused = set()
-            for v in program.values:
-                producer = program.ops[v.producer] if v.producer is not None else None
-                if producer is None or producer.primitive not in FUSIBLE or v.id in outputs:
-                    continue
-                users = program.users[v.id]
-                if producer.primitive in EXPENSIVE and len(users) > 1:
-                    continue
-                if all(program.ops[u].primitive in FUSING_READERS for u in users):
-                    fused.add(v.id)
-            folded = {
-                v
-                for op in program.ops
-                if op.primitive == "dot_general"
-                for v in op.results
-                if v not in outputs
-                and len(program.users[v]) == 1
-                and program.ops[program.users[v][0]].primitive == "transpose"
-            }
-            fusing = {}
-            for op in program.ops:
-                tensors = [v for v in op.operands if isinstance(v, int)] + list(op.results)
-                fusing[op.id] = tuple(dict.fromkeys(v for v in tensors if v in fused))
-            copies, kept = [], {}
-            for op in program.ops:
-                if op.primitive in COPYING:
-                    ranks = [len(program.operand_type(v).shape) for v in op.operands]
-                    if ks := copied_operands(op, ranks):
-                        copies.append((op.id, ks))
-                        wanted = wanted_orders(op, ranks)
-                        kept.update({(op.id, k): kept_in_place(wanted[k]) for k in ks})
-            cached = program.__dict__["_simulator_static"] = cls(
-                order=order,
-                position={op.id: i for i, op in enumerate(order)},
-                categories=tuple(category(program, v.id) for v in program.values),
-                fused=frozenset(fused),
-                folded=frozenset(folded),
-                unbuffered=frozenset(fused | folded),
-                in_place=frozenset(i for i, op in enumerate(order) if op.primitive in FUSIBLE),
-                copies=tuple(copies),
-                fusions={},
-                copy_kept=kept,
-                optimizer_ops=tuple(op.id for op in program.ops if op.phase == "optimizer"),
-                optimizer_steps=tuple(
-                    (
-                        op.id,
-                        i,
-                        tuple(v for v in op.linked_operands if isinstance(v, int)),
-                        op.results,
-                    )
-                    for i, op in enumerate(order)
-                    if op.phase == "optimizer"
-                ),
-                priced=tuple((op.id, fusing[op.id]) for op in program.ops if not op.regions),
-                fusing=fusing,
-                alike=_alike(program, fusing),
-                from_inputs=made_from_inputs(program),
-            )
-        return cached
+        return program.cache.get("estimate.static", lambda: cls._build(program))
+
+    @classmethod
+    def _build(cls, program) -> _Static:
+        order = tuple(program.walk(schedule(program)))
+        outputs = {v for v in program.outputs if isinstance(v, int)}
+        fused = set()
+        for v in program.values:
+            producer = program.ops[v.producer] if v.producer is not None else None
+            if producer is None or producer.primitive not in FUSIBLE or v.id in outputs:
+                continue
+            users = program.users[v.id]
+            if producer.primitive in EXPENSIVE and len(users) > 1:
+                continue
+            if all(program.ops[u].primitive in FUSING_READERS for u in users):
+                fused.add(v.id)
+        folded = {
+            v
+            for op in program.ops
+            if op.primitive == "dot_general"
+            for v in op.results
+            if v not in outputs
+            and len(program.users[v]) == 1
+            and program.ops[program.users[v][0]].primitive == "transpose"
+        }
+        fusing = {}
+        for op in program.ops:
+            tensors = [v for v in op.operands if isinstance(v, int)] + list(op.results)
+            fusing[op.id] = tuple(dict.fromkeys(v for v in tensors if v in fused))
+        copies, kept = [], {}
+        for op in program.ops:
+            if op.primitive in COPYING:
+                ranks = [len(program.operand_type(v).shape) for v in op.operands]
+                if ks := copied_operands(op, ranks):
+                    copies.append((op.id, ks))
+                    wanted = wanted_orders(op, ranks)
+                    kept.update({(op.id, k): kept_in_place(wanted[k]) for k in ks})
+        return cls(
+            order=order,
+            position={op.id: i for i, op in enumerate(order)},
+            categories=tuple(category(program, v.id) for v in program.values),
+            fused=frozenset(fused),
+            folded=frozenset(folded),
+            unbuffered=frozenset(fused | folded),
+            in_place=frozenset(i for i, op in enumerate(order) if op.primitive in FUSIBLE),
+            copies=tuple(copies),
+            fusions={},
+            copy_kept=kept,
+            optimizer_ops=tuple(op.id for op in program.ops if op.phase == "optimizer"),
+            optimizer_steps=tuple(
+                (
+                    op.id,
+                    i,
+                    tuple(v for v in op.linked_operands if isinstance(v, int)),
+                    op.results,
+                )
+                for i, op in enumerate(order)
+                if op.phase == "optimizer"
+            ),
+            priced=tuple((op.id, fusing[op.id]) for op in program.ops if not op.regions),
+            fusing=fusing,
+            alike=_alike(program, fusing),
+            from_inputs=made_from_inputs(program),
+        )
 
     def fusion(self, program, per_reader: bool) -> tuple[frozenset, dict]:
         """``(recomputed values, what each transposed copy reads)`` for a compiler that
@@ -585,7 +586,7 @@ class _Simulator:
         self.hw = hardware
         # op costs and times per hardware spec and mesh: a time is only good for the spec it
         # was priced on, and a layout names mesh axes, whose sizes set its local shape
-        caches = program.__dict__.setdefault("_op_cost_cache", {})
+        caches = program.cache.get("estimate.op costs", dict)
         self.cache = caches.setdefault((hardware, mesh), {})
         self.static = _Static.of(program)
 
@@ -697,7 +698,7 @@ class _Simulator:
             return size, size
         if not reads[0].isdisjoint(redistributed):  # the chain stops at those buffers
             cut = reads[0] & redistributed
-            walks = self.program.__dict__.setdefault("_copy_reads_cut", {})
+            walks = self.program.cache.get("estimate.copy reads cut", dict)
             key = (op_id, k, cut, self.hw.fuses_per_reader)
             if key not in walks:
                 walks[key] = copy_reads(self.program, operand, again, cut)

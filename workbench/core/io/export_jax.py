@@ -166,9 +166,10 @@ def export_jax(session) -> str:
 def op_keys(program) -> list[tuple[str, ...]]:
     """The structural keys of each top-level op's results, in ``program.body`` order (cached
     on the program)."""
-    cached = program.__dict__.get("_structural_keys")
-    if cached is not None:
-        return cached
+    return program.cache.get("io.structural keys", lambda: _op_keys(program))
+
+
+def _op_keys(program) -> list[tuple[str, ...]]:
     keys = structural_keys(program.jaxpr, CALL_PRIMITIVES)
     ops = [program.ops[o] for o in program.body]
     if len(keys) != len(ops) or any(len(k) != len(op.results) for k, op in zip(keys, ops)):
@@ -176,5 +177,4 @@ def op_keys(program) -> list[tuple[str, ...]]:
             f"{program.name}: its jaxpr has {len(keys)} top-level equations but the program "
             f"{len(ops)} top-level ops; structural keys need capture's walk of the jaxpr."
         )
-    program.__dict__["_structural_keys"] = keys
     return keys

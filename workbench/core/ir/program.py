@@ -105,6 +105,34 @@ class Op:
         )
 
 
+class DerivedCache:
+    """The derived facts of one Program, each built on first use and kept with the Program.
+
+    Stages above ``ir`` keep what they derive from a program here, under a key of their
+    own (``"estimate.static"``); they never write into the Program itself.
+    """
+
+    __slots__ = ("_facts",)
+
+    def __init__(self):
+        self._facts: dict = {}
+
+    def get(self, key, build):
+        """The fact under ``key``, built by ``build()`` the first time it is asked for."""
+        try:
+            return self._facts[key]
+        except KeyError:
+            fact = self._facts[key] = build()
+            return fact
+
+    def keys(self) -> tuple:
+        return tuple(self._facts)
+
+    def clear(self) -> None:
+        """Forget every derived fact (the next use builds it again)."""
+        self._facts.clear()
+
+
 @dataclass(eq=False)
 class Program:
     """A captured JAX function. Built by ``workbench.capture``; treat as read-only."""
@@ -126,6 +154,8 @@ class Program:
     fn: Any = None
     name: str = "program"
     _by_name: dict[str, int] = field(default_factory=dict, repr=False)
+    #: what the stages above derive from this program (``DerivedCache``)
+    cache: DerivedCache = field(default_factory=DerivedCache, repr=False)
 
     def __post_init__(self):
         self._by_name = {v.name: v.id for v in self.values}
@@ -251,13 +281,10 @@ class Program:
         return tuple(out)
 
     def anatomy(self):
-        """What the program is made of, read from its structure (``ir.anatomy``); built once."""
-        cached = self.__dict__.get("_anatomy")
-        if cached is None:
-            from workbench.core.anatomy.build import build_anatomy
+        """What the program is made of, read from its structure (``core.anatomy``); built once."""
+        from workbench.core.anatomy.build import build_anatomy
 
-            cached = self.__dict__["_anatomy"] = build_anatomy(self)
-        return cached
+        return self.cache.get("anatomy", lambda: build_anatomy(self))
 
     def mapping(self, op: Op | int) -> FactorMapping:
         return self.mappings[op if isinstance(op, int) else op.id]

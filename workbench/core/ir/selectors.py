@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from functools import lru_cache
 
+from workbench.core import caches
 from workbench.core.errors import SelectorError, closest_names
 
 Selector = str | Sequence[str]
@@ -23,7 +23,7 @@ _HELP = (
 )
 
 
-@lru_cache(maxsize=1024)
+@caches.cache("ir.selector patterns", maxsize=1024)
 def compile_glob(pattern: str) -> re.Pattern:
     """The regex for one glob, or SelectorError saying what is malformed."""
     if not isinstance(pattern, str) or not pattern.strip():

@@ -16,8 +16,8 @@ import heapq
 import itertools
 import math
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
+from workbench.core import caches
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.sharding import Sharding
 
@@ -247,7 +247,7 @@ def peak_bytes(steps, src: Sharding, mesh: Mesh) -> int:
     return max([src.local_nbytes(mesh), *(s.after.local_nbytes(mesh) for s in steps)])
 
 
-@lru_cache(maxsize=65536)
+@caches.cache("layout.redistributions", maxsize=65536)
 def _plan(src: Sharding, dst: Sharding, mesh: Mesh) -> tuple[Step, ...]:
     steps = _greedy(src, dst, mesh)
     bound = max(src.local_nbytes(mesh), dst.local_nbytes(mesh))

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 
 import numpy as np
 
+from workbench.core import caches
 from workbench.core.dtypes import as_dtype, is_extended
 from workbench.core.layout.mesh import Mesh
 
@@ -219,11 +219,10 @@ def canonical(s: Sharding) -> Sharding:
     return _CANONICAL.setdefault(s, s)
 
 
-def clear_canonical() -> None:
-    _CANONICAL.clear()
+caches.register("layout.canonical shardings", _CANONICAL.clear)
 
 
-@lru_cache(maxsize=1 << 16)
+@caches.cache("layout.local shapes", maxsize=1 << 16)
 def _local_shape(shape, dims, mesh: Mesh) -> tuple[int, ...]:
     sizes = mesh.shape
     return tuple(n // math.prod(sizes[a] for a in axes) for n, axes in zip(shape, dims))

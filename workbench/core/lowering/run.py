@@ -130,7 +130,7 @@ def reference_outputs(program, flat_args, *, cache_key=None) -> list:
     """The unpartitioned program's outputs on one device (kept per program for ``cache_key``)."""
     from jax.extend.core import jaxpr_as_fun
 
-    cache = program.__dict__.setdefault("_reference_outputs", {})
+    cache = program.cache.get("lowering.reference outputs", dict)
     if cache_key is not None and cache_key in cache:
         return cache[cache_key]
     out = list(jax.jit(jaxpr_as_fun(program.jaxpr))(*flat_args))
@@ -146,9 +146,10 @@ PRECISION = ("float64", "float32", "float16", "bfloat16")
 
 def tolerance_dtypes(program) -> tuple[str | None, ...]:
     """Per output, the dtype whose tolerance it is held to (None: its own)."""
-    cached = program.__dict__.get("_tolerance_dtypes")
-    if cached is not None:
-        return cached
+    return program.cache.get("lowering.tolerance dtypes", lambda: _tolerance_dtypes(program))
+
+
+def _tolerance_dtypes(program) -> tuple[str | None, ...]:
     rank = [
         PRECISION.index(str(v.dtype)) if str(v.dtype) in PRECISION else -1 for v in program.values
     ]
@@ -166,7 +167,6 @@ def tolerance_dtypes(program) -> tuple[str | None, ...]:
         else None
         for v in program.outputs
     )
-    program.__dict__["_tolerance_dtypes"] = out
     return out
 
 
@@ -191,7 +191,7 @@ def compare(outputs, reference, dtypes=None) -> tuple[float, float, bool]:
 def references(program, flat_args, extra=(), *, cache_key=None) -> tuple[list, list]:
     """The unpartitioned program's outputs then the arrays of ``extra`` value ids, on one
     device as the program computes them and in float64 (kept per program for ``cache_key``)."""
-    cache = program.__dict__.setdefault("_references", {})
+    cache = program.cache.get("lowering.references", dict)
     key = (cache_key, tuple(extra))
     if cache_key is not None and key in cache:
         return cache[key]

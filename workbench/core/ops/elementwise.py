@@ -5,11 +5,10 @@ Rank-0 operands (scalar literals such as ``2.0`` in ``mul x 2.0``) carry no fact
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import jax.numpy as jnp
 import numpy as np
 
+from workbench.core import caches
 from workbench.core.ops.mapping import FactorMapping, MappingBuilder, TensorType
 from workbench.core.ops.registry import register
 
@@ -28,12 +27,7 @@ def pointwise(operands, results, **kwargs) -> FactorMapping:
     )
 
 
-def clear_pointwise() -> None:
-    """Forget the elementwise mappings built so far (``plan.clear_caches`` calls this)."""
-    _pointwise.cache_clear()
-
-
-@lru_cache(maxsize=8192)
+@caches.cache("ops.elementwise mappings", maxsize=8192)
 def _pointwise(operand_shapes, result_shapes, kwargs) -> FactorMapping:
     operands = [TensorType(s) for s in operand_shapes]
     results = [TensorType(s) for s in result_shapes]

@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from workbench.core import caches
 from workbench.core.gcpause import without_gc
 from workbench.core.layout.collectives import Collective
 from workbench.core.layout.mesh import Mesh
@@ -26,7 +27,7 @@ from workbench.core.layout.redistribute import (
     redistribute,
     steps_wire_bytes,
 )
-from workbench.core.layout.sharding import Sharding, canonical, clear_canonical
+from workbench.core.layout.sharding import Sharding, canonical
 from workbench.core.layout.state import State
 from workbench.core.propagate.propagation import OpIndex, op_index, walk_axes
 
@@ -237,17 +238,7 @@ class _OpLayout:
 
 
 _PLAN_CACHE: dict = {}
-
-
-def clear_caches() -> None:
-    """Forget every op layout planned so far in this process (and the canonical shardings
-    they share, and the elementwise factor mappings built so far): the next plans start from
-    nothing, as in a fresh process."""
-    from workbench.core.ops.elementwise import clear_pointwise
-
-    _PLAN_CACHE.clear()
-    clear_canonical()
-    clear_pointwise()
+caches.register("plan.op layouts", _PLAN_CACHE.clear)
 
 
 def plan_op(program, mesh: Mesh, state: State, op, ix: OpIndex) -> tuple:

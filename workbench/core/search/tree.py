@@ -404,10 +404,7 @@ def _results(program) -> weakref.WeakKeyDictionary:
     """The searches run on ``program``, by the state they started from (held weakly: a
     state no session holds takes its results with it), then by tactic and mesh; so export
     and undo do not search again. Owned by the program."""
-    cache = program.__dict__.get("_search_results")
-    if cache is None:
-        cache = program.__dict__["_search_results"] = weakref.WeakKeyDictionary()
-    return cache
+    return program.cache.get("search.results", weakref.WeakKeyDictionary)
 
 
 @dataclass(frozen=True, slots=True)
