@@ -317,9 +317,10 @@ class Session:
     @classmethod
     def load(cls, program: Program, path) -> Session:
         """A session of ``program`` with the mesh and schedule a strategy file holds."""
-        from workbench.core.io.export import load
+        from workbench.core.io.export import read
 
-        return load(program, path)
+        mesh, tactics = read(path)
+        return cls(program, mesh, tactics)
 
     def __repr__(self) -> str:
         lines = [

@@ -205,7 +205,6 @@ class Anatomy:
             _embeddings=embeddings,
             _splits=splits,
         )
-        out.__dict__.pop("_roles", None)
         return out
 
     def report(self) -> list[Finding]:

@@ -239,12 +239,10 @@ def tactics_from_json(data) -> tuple[Mesh, list]:
     return mesh, tactics
 
 
-def load(program, path):
-    from workbench.core.session import Session
-
+def read(path) -> tuple[Mesh, list]:
+    """The mesh and schedule a JSON strategy file holds (``Session.load`` builds the session)."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise WorkbenchError(f"cannot read strategy file {str(path)!r}: {err}") from err
-    mesh, tactics = tactics_from_json(data)
-    return Session(program, mesh, tactics)
+    return tactics_from_json(data)

@@ -1,1 +1,1 @@
-"""The program as the engine reads it: capture, the Program graph, selectors and anatomy."""
+"""The program as the engine reads it: capture, the Program graph, phases and selectors."""

@@ -35,10 +35,11 @@ class OpIndex:
 
 
 def op_index(program) -> tuple[OpIndex, ...]:
-    """The per-op index of a program, built once and kept on the program."""
-    cached = getattr(program, "_op_index", None)
-    if cached is not None:
-        return cached
+    """The per-op index of a program, built once and kept in the program's cache."""
+    return program.cache.get("propagate.op index", lambda: _op_index(program))
+
+
+def _op_index(program) -> tuple[OpIndex, ...]:
     out = []
     shared: dict[int, tuple] = {}  # per class of ops alike: (mapping, dims, where, letters)
     mappings: dict = {}  # equal mappings of different classes as one object
@@ -64,8 +65,7 @@ def op_index(program) -> tuple[OpIndex, ...]:
             v if isinstance(v, int) else -1 for v in (*op.linked_operands, *op.linked_results)
         )
         out.append(OpIndex(tensors, len(op.linked_operands), mapping, dims, where, letters))
-    program._op_index = tuple(out)
-    return program._op_index
+    return tuple(out)
 
 
 def walk_axes(factors, sizes, axes, axis_size):
