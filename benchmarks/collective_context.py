@@ -41,7 +41,7 @@ from jax.sharding import PartitionSpec as P
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import workbench as wb
-from workbench.core.hardware.calibrate import chain_time
+from workbench.core.hardware.measure import chain_time
 from workbench.core.lowering.run import TrainingStep, example_inputs
 from workbench.models import build, lm
 

@@ -18,23 +18,19 @@ from workbench.core.partition import partition
 from workbench.core.propagate.tactics import Atomic, Replicate, Tactic, Tile
 from workbench.core.search.tree import Auto
 from workbench.core.session import Session
-from workbench.core.strategies.named import BP, EMB, MP, MQ, SP, Z2, Z3, Role
+from workbench.core.strategies import NAMED
+
+# the named strategies and Role, each registered where it is defined (core/strategies/)
+globals().update(NAMED)
 
 __all__ = [
-    "BP",
-    "EMB",
-    "MP",
-    "MQ",
-    "SP",
-    "Z2",
-    "Z3",
+    *sorted(NAMED),
     "Atomic",
     "Auto",
     "Imported",
     "Mesh",
     "Program",
     "Replicate",
-    "Role",
     "Session",
     "Sharding",
     "Tactic",
@@ -46,6 +42,7 @@ __all__ = [
     "partition",
     "tag",
 ]
+del NAMED
 
 
 def __getattr__(name):

@@ -10,27 +10,17 @@
 
 ``plan`` builds the model from shapes alone (nothing is allocated, so large presets plan on
 a laptop), captures it, applies the schedule and prints the simulator's estimate of one
-step per device (time by compute and collective kind, peak memory against the device's
-capacity) and the collective plan, the ``--top`` costliest collectives (0: all).
+step per device (time by compute and collective kind, peak memory against capacity) and
+the ``--top`` costliest collectives (0: all; ``--json``: every one). ``--strategy`` reads a
+JSON strategy as ``Session.save`` writes it, which names its mesh (``--mesh``, if given,
+must agree); ``--tactics`` are calls with literal arguments, parsed, never evaluated
+(neither: the program unpartitioned on ``--mesh``). Both are data: the loader builds
+tactics from the registered classes and executes nothing. ``--hardware`` is a preset,
+case-insensitive (default: the host CPU placeholder); ``--overlap`` is none, full,
+prefetch (weights' gathers, gradients' reductions) or the fraction hidden behind compute.
 
-- ``--model NAME[:PRESET]``: a zoo model and preset (default preset: tiny).
-- ``--strategy FILE``: a JSON strategy as ``Session.save`` writes it. It is data only:
-  loading it builds tactics from a fixed table of classes and never executes anything.
-  The file names its mesh, so ``--mesh`` is optional; if given it must be the same mesh.
-- ``--tactics EXPR ...``: tactics written as calls with literal arguments, e.g.
-  ``"BP('batch')"``, ``"MP('model', hidden='params/layers/0/w')"``,
-  ``"Tile('params/**/w_in', -1, 'model')"``; parsed, never evaluated. Needs ``--mesh``.
-  With neither option the program is planned unpartitioned on ``--mesh``.
-- ``--mesh AXIS=SIZE,...``: e.g. ``batch=2,model=4`` (major to minor).
-- ``--hardware NAME``: a preset from ``workbench hardware``, case-insensitive (default:
-  the host CPU placeholder, as ``Session.estimate``).
-- ``--overlap none|full|prefetch|FRACTION``: how much communication hides behind compute
-  (``prefetch``: weights' gathers and gradients' reductions, as FSDP runtimes hide them).
-- ``--json``: print one JSON object instead (every collective, whatever ``--top`` says).
-
-Bad input (an unknown model, preset or hardware, a malformed mesh, an unreadable strategy,
-a tactic that fails on the model) prints what was wrong to stderr and exits with status 2.
-Planning needs no accelerator: unless ``JAX_PLATFORMS`` is set, JAX runs on the CPU.
+Bad input prints what was wrong to stderr and exits with status 2. Planning needs no
+accelerator: unless ``JAX_PLATFORMS`` is set, JAX runs on the CPU.
 """
 
 from __future__ import annotations
@@ -103,13 +93,9 @@ def _literal(node: ast.expr):
     return plain(ast.literal_eval(node))
 
 
-def parse_tactic(text: str, mesh: dict[str, int]):
-    """``"MP('model', hidden='params/layers/0/w')"`` -> the tactic, checked like a strategy
-    file's entry (the same fixed table of classes); nothing is evaluated."""
-    from workbench.core.errors import WorkbenchError
-    from workbench.core.io.export import FORMAT, tactic_classes, tactics_from_json
-
-    classes = tactic_classes()
+def parse_tactic(text: str, classes: dict[str, type]) -> dict:
+    """``"MP('model', hidden='params/layers/0/w')"`` -> its strategy-file entry, ``{"tactic":
+    "MP", "axis": "model", "hidden": ...}``; nothing is evaluated."""
     example = "write e.g. \"BP('batch')\" or \"Tile('params/**/w_in', -1, 'model')\""
     try:
         node = ast.parse(text.strip(), mode="eval").body
@@ -146,14 +132,18 @@ def parse_tactic(text: str, mesh: dict[str, int]):
         raise UsageError(
             f"--tactics {text!r}: arguments must be literals (strings, numbers, lists); {example}."
         ) from err
-    data = {"format": FORMAT, "mesh": mesh, "schedule": [entry]}
-    try:
-        _, (tactic,) = tactics_from_json(data)
-    except WorkbenchError as err:
-        where = f"--tactics {text!r}"
-        message = str(err).replace("strategy file: schedule[0].", f"{where}: field ")
-        raise UsageError(message.replace("strategy file: schedule[0]", where)) from err
-    return tactic
+    return entry
+
+
+def parse_tactics(texts: list[str], mesh: dict[str, int]) -> list:
+    """The tactics ``--tactics`` writes as calls, checked by the loader of strategy files (the
+    same fixed table of classes), whose messages name ``--tactics`` and the tactic's place."""
+    from workbench.core.io.export import FORMAT, tactic_classes, tactics_from_json
+
+    classes = tactic_classes()
+    schedule = [parse_tactic(text, classes) for text in texts]
+    data = {"format": FORMAT, "mesh": mesh, "schedule": schedule}
+    return tactics_from_json(data, source="--tactics")[1]
 
 
 def read_strategy(path: str):
@@ -235,7 +225,7 @@ def make_session(args):
             "file, which names its mesh."
         )
     else:
-        tactics = [parse_tactic(t, mesh) for t in args.tactics or ()]
+        tactics = parse_tactics(args.tactics or [], mesh)
     ex = build_model(args.model)
     program = wb.capture(ex.fn, *ex.args)
     where = f"--strategy {args.strategy!r}" if args.strategy is not None else "--tactics"
@@ -251,25 +241,11 @@ def make_session(args):
 
 
 def collective_rows(session, est) -> list[dict]:
-    """One row per collective of the plan, in plan order; ``seconds`` per step (every run)."""
-    names, schedule = session.program.values, session.history
-    rows = []
-    for i, ce in enumerate(est.collectives):
-        c = ce.collective
-        rows.append(
-            dict(
-                index=i,
-                kind=c.kind,
-                value=names[c.value].name,
-                axes=list(c.axes),
-                bytes=c.bytes,
-                count=c.count,
-                seconds=ce.total_s,
-                tactic="" if c.tactic is None else str(schedule[c.tactic]),
-                why=c.why,
-            )
-        )
-    return rows
+    """The collective plan as rows (``core.plan.rows``), with each collective's time per step."""
+    from workbench.core.plan.rows import collective_rows as rows
+
+    timed = [(ce.collective, ce.seconds) for ce in est.collectives]
+    return rows(timed, session.program, session.history)
 
 
 def plan_json(args, session, ex, est) -> dict:

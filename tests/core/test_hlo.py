@@ -11,13 +11,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from workbench.core.layout.mesh import Mesh
-from workbench.core.xla.hlo import (
-    HloCollective,
-    bytes_by_kind,
-    normalize_cpu,
-    parse_collectives,
-    parse_transposes,
-)
+from workbench.core.xla.hlo import HloCollective, bytes_by_kind, normalize_cpu, parse_collectives
+from workbench.core.xla.transposes import parse_transposes
 
 AXES = (("batch", 2), ("model", 4))
 

@@ -81,9 +81,13 @@ def test_core_imports_point_down():
     for module, path in CORE_MODULES.items():
         for target, line in imports(path):
             if target.startswith("workbench.core.") and floor(target) > floor(module):
-                bad.append(f"{path.relative_to(ROOT.parent)}:{line} imports {target} (a higher floor)")
+                bad.append(
+                    f"{path.relative_to(ROOT.parent)}:{line} imports {target} (a higher floor)"
+                )
             elif target.startswith("workbench.") and not target.startswith("workbench.core"):
-                bad.append(f"{path.relative_to(ROOT.parent)}:{line} imports {target} (outside core)")
+                bad.append(
+                    f"{path.relative_to(ROOT.parent)}:{line} imports {target} (outside core)"
+                )
     assert not bad, "\n".join(bad)
 
 
@@ -91,7 +95,7 @@ def test_core_imports_jax_and_numpy_only():
     import sys
 
     bad = []
-    for module, path in CORE_MODULES.items():
+    for path in CORE_MODULES.values():
         for target, line in imports(path):
             top = target.split(".")[0]
             if top not in THIRD_PARTY | {"workbench"} and top not in sys.stdlib_module_names:
@@ -100,12 +104,12 @@ def test_core_imports_jax_and_numpy_only():
 
 
 def test_no_import_circles():
-    graph = {
-        m: {t for t, _ in imports(p) if t in MODULES and t != m} for m, p in MODULES.items()
-    }
+    graph = {m: {t for t, _ in imports(p) if t in MODULES and t != m} for m, p in MODULES.items()}
     # a package's __init__ that imports its own modules is the package's face, not a circle
     for m in graph:
-        graph[m] = {t for t in graph[m] if not (MODULES[m].name == "__init__.py" and t.startswith(m + "."))}
+        graph[m] = {
+            t for t in graph[m] if not (MODULES[m].name == "__init__.py" and t.startswith(m + "."))
+        }
     seen, stack, circles = {}, [], []
 
     def visit(m):
@@ -113,7 +117,7 @@ def test_no_import_circles():
         stack.append(m)
         for t in sorted(graph[m]):
             if seen.get(t) == "open":
-                circles.append(" -> ".join(stack[stack.index(t) :] + [t]))
+                circles.append(" -> ".join([*stack[stack.index(t) :], t]))
             elif t not in seen:
                 visit(t)
         stack.pop()
@@ -157,14 +161,18 @@ def test_every_subpackage_has_a_short_readme():
 
 def test_the_public_face_is_unchanged():
     assert sorted(wb.__all__) == sorted(
-        ["BP", "EMB", "MP", "MQ", "SP", "Z2", "Z3", "Atomic", "Auto", "Imported", "Mesh"]
-        + ["Program", "Replicate", "Role", "Session", "Sharding", "Tactic", "Tile", "Workbench"]
-        + ["WorkbenchError", "capture", "hardware", "partition", "tag"]
+        [
+            *("BP", "EMB", "MP", "MQ", "SP", "Z2", "Z3", "Atomic", "Auto", "Imported", "Mesh"),
+            *("Program", "Replicate", "Role", "Session", "Sharding", "Tactic", "Tile"),
+            *("Workbench", "WorkbenchError", "capture", "hardware", "partition", "tag"),
+        ]
     )
     for name in wb.__all__:
         assert getattr(wb, name) is not None
     for preset in ("TPU_V4", "TPU_V5E", "TPU_V5P", "A100", "H100", "H200", "CPU"):
-        assert wb.hardware.PRESETS[getattr(wb.hardware, preset).name] is getattr(wb.hardware, preset)
+        assert wb.hardware.PRESETS[getattr(wb.hardware, preset).name] is getattr(
+            wb.hardware, preset
+        )
     for name in ("Hardware", "Link", "HardwareError", "collective_time", "KINDS"):
         assert hasattr(wb.hardware, name)
     session_api = {"apply", "undo", "redo", "reset", "jump", "history", "sharding", "why"}
@@ -218,7 +226,7 @@ def test_one_clear_caches_empties_every_process_cache():
     from workbench.core import caches
     from workbench.core.ir.selectors import compile_glob
     from workbench.core.layout import redistribute, sharding
-    from workbench.core.plan import plan
+    from workbench.core.plan import op_layout as plan
 
     program = wb.capture(*_tiny_mlp())
     s = wb.Session(program, wb.Mesh({"batch": 2, "model": 2}), [wb.BP("batch"), wb.Z3("model")])

@@ -85,7 +85,7 @@ def test_a_70b_step_estimates_alike_unrolled_and_under_scan(chip):
 
 @pytest.mark.parametrize("name", ["lm", "lm_scan"])
 def test_prefetch_hides_the_weights_gathers_and_the_gradients_reductions(name):
-    from workbench.core.estimate.simulator import _Simulator
+    from workbench.core.estimate.communication import Communication as _Simulator
 
     s = planned(name)
     sim = _Simulator(s.program, MESH, s.state, s.plan(), hw.H100)

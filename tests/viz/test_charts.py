@@ -7,7 +7,7 @@ import pytest
 
 import workbench as wb
 from workbench.core import hardware as hw
-from workbench.core.estimate.simulator import CATEGORIES
+from workbench.core.estimate import CATEGORIES
 from workbench.core.units import format_bytes, format_seconds
 from workbench.models import build
 from workbench.viz import (

@@ -190,7 +190,7 @@ class Session:
         preset) at ``step`` (default: the current one): time by compute and collective kind,
         and peak memory by category. Cached per state, spec and overlap, as plans are."""
         from workbench.core import hardware as presets
-        from workbench.core.estimate.simulator import estimate
+        from workbench.core.estimate import estimate
 
         state = self.state if step is None else self.state_at(step)
         hardware = hardware or presets.CPU

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from workbench.core.anatomy.report import Finding
 from workbench.core.errors import WorkbenchError
 from workbench.core.session import Session
-from workbench.core.strategies.named import roles
+from workbench.core.strategies.roles import roles
 
 #: Row keys, in column order. ``values`` are the first names (shortened), ``count`` how many
 #: values the finding holds; ``confidence`` is in percent; ``corrected`` marks a ``Role`` step.

@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.estimate.simulator import CATEGORIES, Estimate
+from workbench.core.estimate import CATEGORIES, Estimate
 from workbench.core.layout.collectives import KINDS
 from workbench.core.units import format_bytes, format_seconds
 from workbench.viz.style import (

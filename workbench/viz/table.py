@@ -1,9 +1,10 @@
 """The collective plan as plain rows and as a plotly table: kind, value, axes, bytes, why.
 
-``collective_rows`` gives a list of dicts (no pandas needed; ``pandas.DataFrame(rows)``
-works where pandas is installed); ``collective_table`` draws the same rows. Either takes a
-session (its collectives, value names and schedule), an ``Estimate`` (adds each
-collective's time), or collectives themselves (``Collective`` or ``CollectiveEstimate``).
+``collective_rows`` gives a list of dicts (built by ``core.plan.rows``, as the command line
+prints them; ``pandas.DataFrame(rows)`` works where pandas is installed);
+``collective_table`` draws the same rows. Either takes a session (its collectives, value
+names and schedule), an ``Estimate`` (adds each collective's time), or collectives
+themselves (``Collective`` or ``CollectiveEstimate``).
 """
 
 from __future__ import annotations
@@ -13,16 +14,15 @@ from collections.abc import Iterable, Sequence
 import plotly.graph_objects as go
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.estimate.simulator import CollectiveEstimate, Estimate
+from workbench.core.estimate import CollectiveEstimate, Estimate
 from workbench.core.layout.collectives import Collective
+from workbench.core.plan.rows import COLUMNS
+from workbench.core.plan.rows import collective_rows as plan_rows
 from workbench.core.session import Session
 from workbench.core.units import format_bytes, format_seconds
 from workbench.viz.charts import FONT
 from workbench.viz.style import KIND_COLORS
 
-#: Row keys, in column order. ``bytes`` are per device per run, ``seconds`` per step (every
-#: run); ``tactic`` names the tactic behind it; ``index`` is its place in the plan.
-COLUMNS = ("index", "kind", "value", "axes", "bytes", "count", "seconds", "tactic", "why")
 _WIDTHS = (4, 10, 30, 6, 8, 5, 7, 9, 35)
 
 
@@ -42,22 +42,7 @@ def collective_rows(
     if isinstance(source, Session):
         program = source.program if program is None else program
         schedule = source.history if schedule is None else schedule
-    rows = []
-    for i, (c, seconds) in enumerate(items):
-        rows.append(
-            dict(
-                index=i,
-                kind=c.kind,
-                value=program.values[c.value].name if program is not None else f"#{c.value}",
-                axes=c.axes,
-                bytes=c.bytes,
-                count=c.count,
-                seconds=None if seconds is None else seconds * c.count,
-                tactic=_tactic(c.tactic, schedule),
-                why=c.why,
-            )
-        )
-    return rows
+    return plan_rows(items, program, schedule)
 
 
 def collective_table(
@@ -137,14 +122,6 @@ def _items(source, hardware) -> list[tuple[Collective, float | None]]:
                 f"{type(c).__name__} among them: pass session.collectives() or session.estimate(hw)."
             )
     return items
-
-
-def _tactic(index: int | None, schedule: Sequence | None) -> str:
-    if index is None:
-        return ""
-    if schedule is not None and 0 <= index < len(schedule):
-        return str(schedule[index])
-    return f"#{index}"
 
 
 def _tint(hex_color: str, alpha: float = 0.35) -> str:

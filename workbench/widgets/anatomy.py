@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipywidgets as w
 
-from workbench.core.strategies.named import ROLES, Role
+from workbench.core.strategies.roles import ROLES, Role
 from workbench.viz import anatomy_html, anatomy_rows
 from workbench.widgets import render
 from workbench.widgets.controls import button, heading, name_field

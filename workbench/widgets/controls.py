@@ -13,7 +13,7 @@ import ipywidgets as w
 from workbench.core.ir.selectors import select
 from workbench.core.propagate.tactics import Atomic, Replicate, Tile
 from workbench.core.search.tree import Auto
-from workbench.core.strategies.named import STRATEGIES, suggested_axis
+from workbench.core.strategies.named import STRATEGIES, conventional_axis, suggested_axis
 from workbench.core.units import format_bytes, format_seconds
 
 SUGGESTED = "suggested"
@@ -146,7 +146,7 @@ class AutoPanel:
         mesh = bench.session.mesh
         self.axis = w.Dropdown(
             options=list(mesh.names),
-            value=suggested_axis("MP", mesh),
+            value=conventional_axis("model", mesh),
             description="axis",
             layout=w.Layout(width="170px"),
         )

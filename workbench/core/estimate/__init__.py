@@ -1,1 +1,23 @@
-"""The simulator: compute, communication, memory and overlap of one step per device."""
+"""The simulator: compute, communication, memory and overlap of one step per device.
+
+`estimate(program, mesh, state, plan, hardware, overlap=)` returns an `Estimate`; see
+README.md for what each module holds.
+"""
+
+from workbench.core.estimate.communication import CollectiveEstimate
+from workbench.core.estimate.compute import OpEstimate
+from workbench.core.estimate.memory import CATEGORIES, Memory, donations
+from workbench.core.estimate.overlap import OVERLAPS, overlapped
+from workbench.core.estimate.step import Estimate, estimate
+
+__all__ = [
+    "CATEGORIES",
+    "OVERLAPS",
+    "CollectiveEstimate",
+    "Estimate",
+    "Memory",
+    "OpEstimate",
+    "donations",
+    "estimate",
+    "overlapped",
+]

@@ -4,7 +4,7 @@
 and "prefetch" hides what an FSDP runtime's scheduler hides: the gathers of values made
 from the step's inputs alone (weights, fetched ahead of their use) and the reductions of
 gradients (finished behind later work); every other collective waits for compute. Which
-collectives those are is the simulator's to say (``_Simulator.hidden``).
+collectives those are is the simulator's to say (``Communication.hidden``).
 """
 
 from __future__ import annotations

@@ -3,34 +3,37 @@
 ``wb.hardware`` is this package: ``wb.hardware.H100``, ``wb.hardware.PRESETS``.
 """
 
-from workbench.core.hardware.spec import (
-    A100,
-    CPU,
-    H100,
-    H200,
-    KINDS,
-    PRESETS,
-    TOPOLOGIES,
-    TPU_V4,
-    TPU_V5E,
-    TPU_V5P,
-    XLA_COMBINE_BYTES,
-    XLA_CPU_COMBINE_BYTES,
-    Hardware,
-    HardwareError,
-    Link,
+from workbench.core.hardware.collectives import (
     all_gather_time,
     all_reduce_time,
     all_to_all_time,
     collective_time,
-    dtype_name,
     permute_time,
     reduce_scatter_time,
+)
+from workbench.core.hardware.levels import KINDS, TOPOLOGIES, HardwareError, Link
+from workbench.core.hardware.presets import (
+    A100,
+    CPU,
+    H100,
+    H200,
+    PRESETS,
+    TPU_V4,
+    TPU_V5E,
+    TPU_V5P,
+)
+from workbench.core.hardware.spec import (
+    FALLBACKS,
+    XLA_COMBINE_BYTES,
+    XLA_CPU_COMBINE_BYTES,
+    Hardware,
+    dtype_name,
 )
 
 __all__ = [
     "A100",
     "CPU",
+    "FALLBACKS",
     "H100",
     "H200",
     "KINDS",

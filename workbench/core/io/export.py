@@ -21,11 +21,10 @@ def tactic_classes() -> dict[str, type]:
     """Every tactic a strategy file may name, by class name."""
     from workbench.core.io.imports import Imported
     from workbench.core.propagate import tactics
-    from workbench.core.strategies import named as strategies
+    from workbench.core.strategies import NAMED
 
     classes = {c.__name__: c for c in (tactics.Tile, tactics.Replicate, tactics.Atomic, Imported)}
-    for name in ("BP", "MP", "Z2", "Z3", "EMB", "MQ", "SP", "Role"):
-        classes[name] = getattr(strategies, name)
+    classes.update(NAMED)  # the named strategies and Role, as each registered itself
     try:
         from workbench.core.search.tree import Auto
 
@@ -78,10 +77,12 @@ def _tactic_code(tactic) -> str:
 
 def export_code(session) -> str:
     """Python source that rebuilds this session's state from a captured program."""
+    from workbench.core.strategies import named as registry
+
     tactics = exported_tactics(session)
     used = sorted({type(t).__name__ for t in tactics})
-    core = [n for n in used if n in ("Tile", "Replicate", "Atomic", "Imported")]
-    named = [n for n in used if n not in core]
+    named = [n for n in used if n in registry.NAMED]  # imported from the registry
+    core = [n for n in used if n not in named]  # the primitive tactics, from ``workbench``
     lines = [
         f'"""The partitioning schedule of {session.program.name!r} on {session.mesh}, exported by workbench.',
         "",
@@ -93,7 +94,7 @@ def export_code(session) -> str:
     if core:
         lines.append(f"from workbench import {', '.join(core)}")
     if named:
-        lines.append(f"from workbench.core.strategies.named import {', '.join(named)}")
+        lines.append(f"from {registry.__name__} import {', '.join(named)}")
     lines += [
         "",
         f"MESH = workbench.Mesh({dict(session.mesh.axes)!r})",
@@ -144,7 +145,7 @@ def _plain(value, where: str):
     if isinstance(value, _SCALARS):
         return value
     raise WorkbenchError(
-        f"strategy file: {where} holds a {type(value).__name__}; only strings, numbers and lists are allowed."
+        f"{where} holds a {type(value).__name__}; only strings, numbers and lists are allowed."
     )
 
 
@@ -191,12 +192,13 @@ def _check_type(cls, f, value, where: str) -> None:
         kind = tuple if base.startswith("tuple") else _TYPES.get(base)
     if kind in _ACCEPTS and not _ACCEPTS[kind][0](value):
         raise WorkbenchError(
-            f"strategy file: {where} of {cls.__name__} must be {_ACCEPTS[kind][1]}; got {value!r}."
+            f"{where} of {cls.__name__} must be {_ACCEPTS[kind][1]}; got {value!r}."
         )
 
 
-def tactics_from_json(data) -> tuple[Mesh, list]:
-    """The mesh and tactics a strategy file describes, checked field by field."""
+def tactics_from_json(data, source: str = "strategy file") -> tuple[Mesh, list]:
+    """The mesh and tactics a strategy file describes, checked field by field; messages name
+    ``source`` as where the schedule came from (the command line passes ``--tactics``)."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise WorkbenchError(
             f'not a workbench strategy: expected a JSON object with "format": "{FORMAT}".'
@@ -204,7 +206,7 @@ def tactics_from_json(data) -> tuple[Mesh, list]:
     mesh_data = data.get("mesh")
     if not isinstance(mesh_data, dict) or not all(isinstance(v, int) for v in mesh_data.values()):
         raise WorkbenchError(
-            'strategy file: "mesh" must map axis names to sizes, e.g. {"batch": 2, "model": 4}.'
+            f'{source}: "mesh" must map axis names to sizes, e.g. {{"batch": 2, "model": 4}}.'
         )
     mesh = Mesh(mesh_data)
     classes = tactic_classes()
@@ -213,7 +215,7 @@ def tactics_from_json(data) -> tuple[Mesh, list]:
         if not isinstance(entry, dict) or entry.get("tactic") not in classes:
             name = entry.get("tactic") if isinstance(entry, dict) else entry
             raise WorkbenchError(
-                f"strategy file: schedule[{i}] names tactic {name!r}; known tactics are {sorted(classes)}."
+                f"{source}: schedule[{i}] names tactic {name!r}; known tactics are {sorted(classes)}."
             )
         cls = classes[entry["tactic"]]
         fields_by_name = {
@@ -228,14 +230,15 @@ def tactics_from_json(data) -> tuple[Mesh, list]:
                 continue
             if key not in allowed:
                 raise WorkbenchError(
-                    f"strategy file: schedule[{i}] ({cls.__name__}) has field {key!r}; it takes {sorted(allowed)}."
+                    f"{source}: schedule[{i}] ({cls.__name__}) has field {key!r}; it takes {sorted(allowed)}."
                 )
-            kwargs[key] = _plain(value, f"schedule[{i}].{key}")
-            _check_type(cls, fields_by_name[key], kwargs[key], f"schedule[{i}].{key}")
+            where = f"{source}: schedule[{i}].{key}"
+            kwargs[key] = _plain(value, where)
+            _check_type(cls, fields_by_name[key], kwargs[key], where)
         try:
             tactics.append(cls(**kwargs))
         except TypeError as err:
-            raise WorkbenchError(f"strategy file: schedule[{i}] ({cls.__name__}): {err}") from err
+            raise WorkbenchError(f"{source}: schedule[{i}] ({cls.__name__}): {err}") from err
     return mesh, tactics
 
 

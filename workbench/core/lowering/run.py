@@ -271,7 +271,7 @@ class TrainingStep:
     next call reads that output in their place. The arrays given are never consumed."""
 
     def __init__(self, session, flat, *, lowering="explicit", devices=None, training_loop=True):
-        from workbench.core.estimate.simulator import donations
+        from workbench.core.estimate import donations
 
         program, state = session.program, session.state
         carried = donations(program, state) if training_loop else {}  # output -> input index

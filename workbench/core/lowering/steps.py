@@ -10,7 +10,7 @@ from jax import lax
 from workbench.core.dtypes import is_extended
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.redistribute import Step
-from workbench.core.lowering.local import shard_index
+from workbench.core.ops.local import shard_index
 
 
 def _names(axes):

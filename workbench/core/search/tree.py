@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from workbench.core.errors import TacticError, WorkbenchError
-from workbench.core.estimate.simulator import estimate
+from workbench.core.estimate import estimate
 from workbench.core.ir.selectors import exact
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.state import State

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import jax
 from jax.sharding import NamedSharding
 
-from workbench.core.estimate.simulator import donations
+from workbench.core.estimate import donations
 from workbench.core.layout.collectives import KINDS
 from workbench.core.lowering.explicit import lower_explicit, spec
 from workbench.core.xla.hlo import HloCollective, normalize_cpu, parse_collectives

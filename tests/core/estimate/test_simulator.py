@@ -202,7 +202,7 @@ def test_a_fused_copy_stops_at_a_value_the_plan_redistributes():
     # x = broadcast(a) * 2 + b feeds a weight-gradient matmul: its copy reads a (8x smaller
     # than x) and b; where the plan redistributes a value on that chain, the value has a
     # buffer of its own and the copy reads it there instead of what makes it
-    from workbench.core.estimate.simulator import _Simulator
+    from workbench.core.estimate.compute import Compute as _Simulator
 
     def f(a, b, w):
         t = jnp.broadcast_to(a, (8, 256, 128)) * 2.0
@@ -227,7 +227,7 @@ def test_a_fused_copy_stops_at_a_value_the_plan_redistributes():
 
 def _copy_read_values(program, per_reader=True) -> set:
     """The values the program's one transposed operand copy reads from memory."""
-    from workbench.core.estimate.simulator import _Static
+    from workbench.core.estimate.static import Static as _Static
 
     static = _Static.of(program)
     ((op_id, (k,)),) = static.copies
@@ -355,8 +355,9 @@ def test_transposed_copies_against_what_xla_compiles(model, strategy):
     the eight largest (the LM's copies for its weight gradients, which recompute the
     residual stream's gradient through every later layer, unrolled or in a scan; the CNN's
     copies of activations into the order its convolutions read)."""
-    from workbench.core.estimate.simulator import _Simulator, _Static
-    from workbench.core.xla.hlo import parse_transposes
+    from workbench.core.estimate.compute import Compute as _Simulator
+    from workbench.core.estimate.static import Static as _Static
+    from workbench.core.xla.transposes import parse_transposes
 
     schedule = [] if strategy == "none" else strategies(model)[strategy]
     s = wb.Session(program(model, "small"), MESH, schedule)
@@ -423,7 +424,7 @@ def test_fsdp_with_master_weights_runs_and_matches():
 def test_ops_alike_share_a_price_that_is_their_own():
     """Ops of repeated layers are priced once per layout: each shared price is exactly the
     price of the op itself."""
-    from workbench.core.estimate.simulator import _Simulator
+    from workbench.core.estimate.compute import Compute as _Simulator
 
     ex = build("lm", lm.Config.preset("tiny", n_layers=3))
     s = wb.Session(wb.capture(ex.fn, *ex.args), MESH, [wb.BP("batch"), wb.MP("model")])
@@ -439,7 +440,7 @@ def test_ops_alike_share_a_price_that_is_their_own():
 
 
 def test_donations_name_the_inputs_a_training_loop_overwrites():
-    from workbench.core.estimate.simulator import donations
+    from workbench.core.estimate import donations
 
     ex = build("lm", "tiny")
     s = wb.Session(wb.capture(ex.fn, *ex.args), MESH, [wb.BP("batch")])
@@ -499,7 +500,8 @@ def test_only_a_cpu_recomputes_a_sum_in_every_reader():
     """XLA's CPU fusion recomputes the residual stream's gradient in every transposed copy
     that reads it, so the copies of an unrolled LM read more the deeper they sit; on an
     accelerator the sum is written once per layer and every layer's copies read alike."""
-    from workbench.core.estimate.simulator import _Simulator, _Static
+    from workbench.core.estimate.compute import Compute as _Simulator
+    from workbench.core.estimate.static import Static as _Static
 
     s = wb.Session(program("lm", "small"), MESH, strategies("lm")["BP"])
     reads = {}

@@ -10,7 +10,8 @@ import pytest
 
 from workbench.core import hardware as hw
 from workbench.core.hardware import calibrate as cal
-from workbench.core.hardware.calibrate import Sample, calibrate, fit_link
+from workbench.core.hardware.calibrate import calibrate
+from workbench.core.hardware.fit import Sample, fit_link
 from workbench.core.layout.mesh import Mesh
 
 # times the attached devices: in the full suite (CI), not the fast lane

@@ -9,7 +9,7 @@ import pytest
 
 from workbench.core import hardware as hw
 from workbench.core.errors import MeshError
-from workbench.core.hardware.spec import (
+from workbench.core.hardware import (
     A100,
     CPU,
     H100,

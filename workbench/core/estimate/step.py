@@ -1,0 +1,87 @@
+"""One step's estimate: `estimate()` adds up compute, communication and memory of a plan on a
+hardware spec and applies an overlap policy; `Estimate` is what it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from workbench.core.estimate.communication import CollectiveEstimate, Communication
+from workbench.core.estimate.compute import Compute, OpEstimate
+from workbench.core.estimate.liveness import Liveness
+from workbench.core.estimate.memory import Memory
+from workbench.core.estimate.overlap import overlapped
+from workbench.core.gcpause import without_gc
+from workbench.core.hardware.spec import Hardware
+from workbench.core.layout.collectives import KINDS
+from workbench.core.layout.mesh import Mesh
+from workbench.core.units import format_seconds
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One step on one device, as the simulator sees it."""
+
+    hardware: str
+    compute_s: float
+    communication_s: float  # every collective, in sequence
+    step_s: float  # after overlap
+    overlap: str | float
+    by_kind: Mapping[str, float]  # collective kind -> seconds
+    flops: float  # per device per step
+    memory: Memory
+    ops: tuple[OpEstimate, ...] = field(repr=False)
+    collectives: tuple[CollectiveEstimate, ...] = field(repr=False)
+    kernels: int = 0  # kernels launched per device per step (ops after fusion, local steps)
+    fresh_memory_s: float = 0.0  # part of compute: first touch of fresh per-step buffers
+
+    def by_tactic(self) -> dict[int | None, float]:
+        """Communication seconds per tactic index (None: no tactic behind it)."""
+        out: dict[int | None, float] = {}
+        for c in self.collectives:
+            out[c.collective.tactic] = out.get(c.collective.tactic, 0.0) + c.total_s
+        return out
+
+    def __str__(self) -> str:
+        kinds = ", ".join(f"{k} {format_seconds(v)}" for k, v in self.by_kind.items() if v)
+        return (
+            f"step {format_seconds(self.step_s)} on {self.hardware} (compute {format_seconds(self.compute_s)}, "
+            f"communication {format_seconds(self.communication_s)}{': ' + kinds if kinds else ''}; "
+            f"overlap {self.overlap}); memory {self.memory}"
+        )
+
+
+@without_gc
+def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="none") -> Estimate:
+    """The simulator's estimate of one step (see the package's README.md)."""
+    compute = Compute(program, mesh, state, plan, hardware)
+    communication = Communication(program, mesh, state, plan, hardware)
+    liveness = Liveness(program, mesh, state, plan, hardware, communication)
+    ops = compute.op_estimates()
+    collectives = communication.collective_estimates()
+    local_s, local_kernels = compute.local_steps()
+    copy_s, copy_kernels = compute.operand_copies()
+    memory = liveness.memory()
+    fresh_s = hardware.fresh_memory_time(liveness.per_step_buffers(memory))
+    compute_s = sum(o.total_s for o in ops) + local_s + copy_s + fresh_s
+    by_kind = dict.fromkeys(KINDS, 0.0)
+    for c in collectives:
+        by_kind[c.collective.kind] += c.total_s
+    communication_s = sum(by_kind.values())
+    hidden = 0.0
+    if overlap == "prefetch":
+        hidden = sum(c.total_s for c in collectives if communication.hidden(c.collective))
+    return Estimate(
+        hardware=hardware.name,
+        compute_s=compute_s,
+        communication_s=communication_s,
+        step_s=overlapped(compute_s, communication_s, overlap, hidden),
+        overlap=overlap,
+        by_kind=by_kind,
+        flops=sum((o.cost.flops + o.cost.transcendentals) * o.count for o in ops),
+        kernels=sum(o.count for o in ops if o.kernel) + local_kernels + copy_kernels,
+        memory=memory,
+        ops=tuple(ops),
+        collectives=tuple(collectives),
+        fresh_memory_s=fresh_s,
+    )

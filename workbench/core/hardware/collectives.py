@@ -1,0 +1,114 @@
+"""Collective cost formulas: alpha-beta ring times per collective kind, and `collective_time`,
+which prices one collective over mesh axes on a `Hardware`'s levels.
+
+Bytes are per device (the convention of ``core/layout/collectives.py``); n devices in the
+group; bw, lat of the level's link:
+
+- all-gather (bytes: the gathered output), reduce-scatter (the input):
+  (n-1)/n * bytes/bw + (n-1) * lat; all-reduce twice that.
+- all-to-all of the local array: (n-1)/n * bytes/bw + (n-1) * lat on a switch;
+  floor(n^2/4)/n * bytes/bw + (n-1) * lat around a bidirectional torus ring.
+- collective-permute: bytes/bw + lat.
+
+A group spanning several levels is priced hierarchically (fastest level first, each on
+the bytes left after the faster ones); ``hierarchical=False`` prices one flat ring at the
+slowest bandwidth and largest latency. Sources and the reasoning: README.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from workbench.core.hardware.levels import KINDS, HardwareError, Link
+from workbench.core.layout.mesh import Mesh
+
+if TYPE_CHECKING:
+    from workbench.core.hardware.spec import Hardware
+
+
+def all_gather_time(out_bytes: float, n: int, bandwidth: float, latency: float) -> float:
+    """Ring all-gather of ``out_bytes`` (the gathered output) over ``n`` devices."""
+    return 0.0 if n <= 1 else (n - 1) / n * out_bytes / bandwidth + (n - 1) * latency
+
+
+def reduce_scatter_time(in_bytes: float, n: int, bandwidth: float, latency: float) -> float:
+    """Ring reduce-scatter of ``in_bytes`` (the input, before scattering)."""
+    return 0.0 if n <= 1 else (n - 1) / n * in_bytes / bandwidth + (n - 1) * latency
+
+
+def all_reduce_time(nbytes: float, n: int, bandwidth: float, latency: float) -> float:
+    """Ring all-reduce (reduce-scatter then all-gather) of ``nbytes``."""
+    return 0.0 if n <= 1 else 2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency
+
+
+def all_to_all_time(
+    nbytes: float, n: int, bandwidth: float, latency: float, topology: str = "switch"
+) -> float:
+    """All-to-all of a local array of ``nbytes``: direct sends on a switch, forwarded
+    around a bidirectional ring on a torus (see the module docstring)."""
+    if n <= 1:
+        return 0.0
+    factor = (n - 1) / n if topology == "switch" else (n * n // 4) / n
+    return factor * nbytes / bandwidth + (n - 1) * latency
+
+
+def permute_time(nbytes: float, bandwidth: float, latency: float) -> float:
+    """Collective-permute: every device sends ``nbytes`` to one peer."""
+    return nbytes / bandwidth + latency
+
+
+def _for_kind(link: Link, kind: str) -> Link:
+    if not link.kinds:
+        return link
+    bandwidth, latency = link.figures_for(kind)
+    return Link(link.name, bandwidth, latency, link.topology)
+
+
+def collective_time(
+    kind: str,
+    nbytes: float,
+    axes: Iterable[str],
+    mesh: Mesh,
+    hardware: Hardware,
+    *,
+    hierarchical: bool = True,
+) -> float:
+    """Seconds one collective takes on ``hardware``, over mesh ``axes`` (see module doc)."""
+    if kind not in KINDS:
+        raise HardwareError(f"unknown collective kind {kind!r}; use one of {KINDS}.")
+    axes = tuple(axes)
+    if not axes or nbytes <= 0:
+        return 0.0
+    if len(set(axes)) != len(axes):
+        raise HardwareError(f"a collective runs over each mesh axis once; got axes {axes}.")
+    # each link's figures for this kind of collective (its own, unless measured per kind)
+    links = [_for_kind(hardware.link(mesh, a), kind) for a in axes]
+    if kind == "collective-permute":
+        slowest = min(links, key=lambda x: x.bandwidth)
+        return permute_time(nbytes, slowest.bandwidth, max(x.latency for x in links))
+    levels: dict[str, list] = {}  # link name -> [link, group size]
+    for a, x in zip(axes, links):
+        levels.setdefault(x.name, [x, 1])[1] *= mesh.axis_size(a)
+    if not hierarchical and len(levels) > 1:
+        flat = Link(
+            "flat",
+            min(x.bandwidth for x in links),
+            max(x.latency for x in links),
+            "torus" if any(x.topology == "torus" for x in links) else "switch",
+        )
+        levels = {"flat": [flat, math.prod(mesh.axis_size(a) for a in axes)]}
+    total, done = 0.0, 1  # `done`: product of the sizes of the faster levels
+    for x, n in sorted(levels.values(), key=lambda lv: -lv[0].bandwidth):
+        if kind == "all-to-all":
+            total += all_to_all_time(nbytes, n, x.bandwidth, x.latency, x.topology)
+            continue
+        stage = {
+            "all-gather": all_gather_time,
+            "reduce-scatter": reduce_scatter_time,
+            "all-reduce": all_reduce_time,
+        }[kind]
+        total += stage(nbytes / done, n, x.bandwidth, x.latency)
+        done *= n
+    return total

@@ -1,0 +1,111 @@
+"""One level of a hardware topology: the link a group of devices (or of lower-level groups)
+shares, with its alpha-beta figures, its shape and where each figure comes from.
+
+A `Hardware` lists its levels innermost first (see ``spec.py``); ``README.md`` says what a
+level's figures mean and where a new one goes.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from workbench.core.errors import WorkbenchError
+
+KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
+TOPOLOGIES = ("switch", "torus")
+
+
+class HardwareError(WorkbenchError, ValueError):
+    """A hardware spec was described wrongly, or asked for something it does not have."""
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One interconnect level: per-device egress bandwidth (bytes/s, one direction),
+    latency per collective step (s), and topology ("switch": any device reaches any
+    other in one hop; "torus": neighbours only, as TPU ICI). ``kinds`` optionally holds
+    measured ``(kind, bandwidth, latency)`` triples that replace the two figures for one
+    collective kind (see `figures_for`). ``group_size``: how many devices (first level) or
+    groups of the level below one group of this level joins; None leaves the outermost
+    level open (it joins everything), and the first level's may come from
+    ``Hardware.devices_per_node``. ``sources``: figure (a key of `figures`) -> where it
+    comes from; not part of equality or the repr."""
+
+    name: str
+    bandwidth: float
+    latency: float
+    topology: str = "switch"
+    kinds: tuple[tuple[str, float, float], ...] = ()
+    group_size: int | None = None
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def figures_for(self, kind: str) -> tuple[float, float]:
+        """``(bandwidth, latency)`` collectives of ``kind`` get on this link."""
+        for k, bandwidth, latency in self.kinds:
+            if k == kind:
+                return bandwidth, latency
+        return self.bandwidth, self.latency
+
+    def figures(self) -> dict[str, float]:
+        """This level's numbers under the keys its ``sources`` are filed under."""
+        out = {"bandwidth": self.bandwidth, "latency": self.latency}
+        for kind, bandwidth, latency in self.kinds:
+            out[f"{kind}.bandwidth"] = bandwidth
+            out[f"{kind}.latency"] = latency
+        if self.group_size is not None:
+            out["group_size"] = self.group_size
+        return out
+
+    def __post_init__(self):
+        object.__setattr__(self, "kinds", tuple(tuple(k) for k in self.kinds))
+        object.__setattr__(self, "sources", dict(self.sources))
+        for entry in self.kinds:
+            ok = (
+                len(entry) == 3
+                and entry[0] in KINDS
+                and positive(entry[1])
+                and finite_nonneg(entry[2])
+            )
+            if not ok:
+                raise HardwareError(
+                    f"link {self.name!r} has per-kind figures {entry!r}; give "
+                    f"(kind, bandwidth bytes/s > 0, latency s >= 0) with kind one of {KINDS}."
+                )
+        if len({k for k, _, _ in self.kinds}) != len(self.kinds):
+            raise HardwareError(f"link {self.name!r} lists a collective kind twice: {self.kinds}.")
+        if not (self.name and isinstance(self.name, str)):
+            raise HardwareError(f"a link needs a name, e.g. 'nvlink'; got {self.name!r}.")
+        if not (positive(self.bandwidth) and finite_nonneg(self.latency)):
+            raise HardwareError(
+                f"link {self.name!r} has bandwidth {self.bandwidth!r} and latency "
+                f"{self.latency!r}; bandwidth must be a positive number of bytes/s and "
+                "latency a non-negative number of seconds."
+            )
+        if self.topology not in TOPOLOGIES:
+            raise HardwareError(
+                f"link {self.name!r} has topology {self.topology!r}; use one of {TOPOLOGIES}."
+            )
+        if self.group_size is not None and not positive_int(self.group_size):
+            raise HardwareError(
+                f"link {self.name!r} has group_size={self.group_size!r}; give how many devices "
+                "(or groups of the level below) one group joins, a positive integer, or None "
+                "for an outermost level that joins everything."
+            )
+
+
+def finite_nonneg(x) -> bool:
+    """A real number (not a bool), finite and at least 0."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
+
+def positive(x) -> bool:
+    """A real number (not a bool), finite and above 0."""
+    return finite_nonneg(x) and x > 0
+
+
+def positive_int(x) -> bool:
+    """An int (not a bool) of at least 1."""
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 1

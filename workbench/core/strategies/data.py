@@ -1,0 +1,41 @@
+"""Batch (data) parallelism: ``BP`` tiles every data input on its batch dimension."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.core.errors import TacticError
+from workbench.core.propagate.tactics import Tactic, Tile, _check_axis
+from workbench.core.strategies.base import by_dim
+from workbench.core.strategies.named import register
+from workbench.core.strategies.roles import roles
+
+
+@register(axes="data", place=1)
+@dataclass(frozen=True, slots=True)
+class BP(Tactic):
+    """Batch (data) parallelism: every data input tiled on its batch dimension over ``axis``
+    (or dim ``dim`` of the values ``inputs`` selects)."""
+
+    axis: str
+    inputs: str | None = None
+    dim: int | None = None
+
+    def __str__(self) -> str:
+        if self.inputs is None and self.dim is None:
+            return f"BP({self.axis!r})"
+        return f"BP({self.axis!r}, inputs={self.inputs!r}, dim={self.dim})"
+
+    def expand(self, program, mesh, state):
+        _check_axis(self, mesh)
+        if self.inputs is not None:
+            return [Tile(self.inputs, 0 if self.dim is None else self.dim, self.axis)]
+        data = [(v, d if self.dim is None else self.dim) for v, d in roles(program, state).data]
+        tiles = by_dim(program, mesh, state, self.axis, data)
+        if not any(d is not None for _, d in data):
+            raise TacticError(
+                f"{self}: the workbench sees no data input with a batch dimension in "
+                f"{program.name} (program.anatomy() shows what it sees); pass inputs= and dim=, "
+                "or apply Role(selector, 'data', dim=...) first."
+            )
+        return tiles
