@@ -267,7 +267,7 @@ class TrainingStep:
     """A session's step compiled for the devices, with copies of its inputs placed there.
 
     Each call runs one step. With ``training_loop`` it runs as a training loop runs it: the
-    inputs an output replaces (`workbench.core.estimate.simulator.donations`) are donated, and the
+    inputs an output replaces (`workbench.core.estimate.memory.donations`) are donated, and the
     next call reads that output in their place. The arrays given are never consumed."""
 
     def __init__(self, session, flat, *, lowering="explicit", devices=None, training_loop=True):
@@ -324,7 +324,7 @@ def run(
 
     With ``training_loop`` the steps run as a training loop runs them (and as the
     simulator's memory and step time assume): the inputs an output replaces (parameters and
-    optimizer state, see `workbench.core.estimate.simulator.donations`) are donated, and each step
+    optimizer state, see `workbench.core.estimate.memory.donations`) are donated, and each step
     reads the previous step's outputs in their place. The arrays given are copied, never
     consumed. Without it, every step runs on the same inputs and donates nothing."""
     program = session.program

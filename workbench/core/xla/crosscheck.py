@@ -34,7 +34,7 @@ def compiled_text(session, lowering: str = "explicit", devices=None) -> str:
 def compiled_memory(session, *, donate: bool = True) -> tuple[int, int]:
     """XLA's temporaries and peak per device (arguments + outputs - aliased + temporaries)
     for the explicit lowering of the session's plan; with ``donate``, the inputs the
-    simulator assumes a training loop donates are donated (``simulator.donations``)."""
+    simulator assumes a training loop donates are donated (``estimate.memory.donations``)."""
     s = session
     donated = sorted(donations(s.program, s.state).values()) if donate else ()
     fn, jmesh = lower_explicit(s.program, s.mesh, s.state, s.plan(), donate=donated)
