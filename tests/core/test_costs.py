@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from workbench.core.hardware.spec import CPU, H100
+from workbench.core.hardware import CPU, H100
 from workbench.core.ops import RULES
 from workbench.core.ops.costs import OpCost, is_known, jaxpr_cost, op_cost, op_time
 from workbench.core.ops.mapping import TensorType

@@ -14,6 +14,7 @@ projections alone:
 from __future__ import annotations
 
 from workbench.core.anatomy.layers import region_operands
+from workbench.core.ops import traits as traits_of
 
 
 def block_interior(anatomy) -> frozenset[int]:
@@ -104,7 +105,7 @@ def block_interior(anatomy) -> frozenset[int]:
             ]
             if any(v in residuals or v in derived for v in reads):
                 inside.add(o)
-                leaves = op.primitive == "dot_general" and any(v in up_derived for v in reads)
+                leaves = traits_of(op.primitive).contraction and any(v in up_derived for v in reads)
                 (exits if leaves else flowing).update(op.results)
             elif (
                 made
@@ -114,12 +115,12 @@ def block_interior(anatomy) -> frozenset[int]:
                 inside.add(o)
                 if not weight_gradient(op):  # a weight's gradient leaves for the update
                     flowing.update(op.results)
-            elif op.primitive == "add_any" and made and all(v in exits for v in made):
+            elif traits_of(op.primitive).accumulates and made and all(v in exits for v in made):
                 inside.add(o)
                 exits.update(op.results)
 
     def weight_gradient(op) -> bool:
-        return op.primitive == "dot_general" and not any(
+        return traits_of(op.primitive).contraction and not any(
             anatomy.batch_class in anatomy.classes.dims_of(r, len(values[r].shape))
             for r in op.results
         )

@@ -29,10 +29,7 @@ from workbench.core.anatomy.report import Finding, report
 from workbench.core.anatomy.updates import tree_pairs, update_chains
 from workbench.core.dtypes import is_extended
 from workbench.core.gcpause import without_gc
-
-RANDOM_PRIMITIVES = frozenset(
-    {"random_wrap", "random_seed", "random_bits", "random_split", "random_fold_in", "threefry2x32"}
-)
+from workbench.core.ops import traits as traits_of
 
 
 def is_key(value) -> bool:
@@ -249,10 +246,7 @@ def build_anatomy(program) -> Anatomy:
         i
         for i in program.inputs
         if is_key(values[i])
-        or (
-            program.users[i]
-            and all(ops[u].primitive in RANDOM_PRIMITIVES for u in program.users[i])
-        )
+        or (program.users[i] and all(traits_of(ops[u].primitive).random for u in program.users[i]))
     )
     key_set = set(keys)
 

@@ -26,11 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-#: Ops through which a value is still "the same parameter" (a cast, a relayout).
-TRANSPARENT = frozenset(
-    {"convert_element_type", "reshape", "transpose", "copy", "copy_p", "name", "squeeze",
-     "expand_dims", "reduce_precision", "sharding_constraint"}
-)  # fmt: skip
+from workbench.core.ops import traits as traits_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +90,8 @@ def origins(program, params) -> dict[int, int]:
     """Value -> the parameter it is, through transparent ops and loops' inputs."""
     origin = {p: p for p in params}
     for op in program.ops:
-        if op.primitive in TRANSPARENT and op.operands and isinstance(op.operands[0], int):
+        transparent = traits_of(op.primitive).transparent
+        if transparent and op.operands and isinstance(op.operands[0], int):
             p = origin.get(op.operands[0])
             if p is not None:
                 for r in op.results:
@@ -109,26 +106,18 @@ def origins(program, params) -> dict[int, int]:
 def carried_inputs(op, region_inputs: int) -> range:
     """Positions of a region's inputs that its loop carries from step to step (scan: after
     the constants; while: the last ones, see ``region_operands``); none for a branch."""
-    if op.primitive == "scan":
-        nc = op.params["num_consts"]
-        return range(nc, nc + op.params["num_carry"])
-    if op.primitive == "while":
-        k = len(op.operands) - op.params["cond_nconsts"] - op.params["body_nconsts"]
-        return range(region_inputs - k, region_inputs)
-    return range(0)
+    control = traits_of(op.primitive).control
+    if control is None:
+        return range(0)
+    return control.carried(op.params, op.operands, region_inputs)
 
 
 def region_operands(op) -> list[tuple]:
     """Per region of ``op``, the outer operands its inputs stand for."""
-    if op.primitive == "scan":
-        return [op.operands]
-    if op.primitive == "while":
-        cn, bn = op.params["cond_nconsts"], op.params["body_nconsts"]
-        carry = op.operands[cn + bn :]
-        return [op.operands[:cn] + carry, op.operands[cn : cn + bn] + carry]
-    if op.primitive == "cond":
-        return [op.operands[1:]] * len(op.regions)
-    return [()] * len(op.regions)
+    control = traits_of(op.primitive).control
+    if control is None:
+        return [()] * len(op.regions)
+    return control.region_operands(op.params, op.operands, len(op.regions))
 
 
 def find_layers(anatomy) -> Layers:
@@ -148,13 +137,10 @@ def find_layers(anatomy) -> Layers:
         for v in op.operands:
             if isinstance(v, int) and v in origin:
                 first_use.setdefault(origin[v], op.id)
-        if (
-            op.primitive == "gather"
-            and isinstance(op.operands[0], int)
-            and op.operands[0] in origin
-        ):
+        traits = traits_of(op.primitive)
+        if traits.lookup and isinstance(op.operands[0], int) and op.operands[0] in origin:
             gathers.append(op)
-        if op.primitive != "dot_general":
+        if not traits.contraction:
             continue
         (lc, rc), (lb, rb) = op.params["dimension_numbers"]
         sides = [(0, lc, lb), (1, rc, rb)]
@@ -236,7 +222,7 @@ def _downstream(program, start: int, limit: int = 64) -> set[int]:
         v = frontier.pop()
         for u in program.users[v]:
             op = program.ops[u]
-            if op.phase != "forward" or op.primitive == "dot_general":
+            if op.phase != "forward" or traits_of(op.primitive).contraction:
                 continue
             for r in op.results:
                 if r not in seen:
@@ -255,7 +241,7 @@ def _feeders(program, value, made_by, by_op, limit: int = 32) -> list[Projection
         if producer is None or v in made_by:
             continue
         op = program.ops[producer]
-        if op.phase != "forward" or op.primitive == "dot_general" or op.regions:
+        if op.phase != "forward" or traits_of(op.primitive).contraction or op.regions:
             continue
         for u in op.operands:
             if isinstance(u, int) and u not in seen:

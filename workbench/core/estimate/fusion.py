@@ -11,36 +11,24 @@ from __future__ import annotations
 
 import math
 
+from workbench.core import ops
 from workbench.core.ops.costs import tensor_bytes
 
-#: Ops a compiler fuses into a loop kernel: a value made by one of them and read only by them
-#: (or by a reduction, which fuses its inputs) never gets a buffer of its own.
-FUSIBLE = frozenset(
-    {
-        "abs", "add", "add_any", "and", "broadcast_in_dim", "ceil", "clamp", "convert_element_type",
-        "copy", "cos", "div", "eq", "erf", "exp", "exp2", "expm1", "floor", "ge", "gt", "integer_pow",
-        "iota", "is_finite", "le", "log", "log1p", "logistic", "lt", "max", "min", "mul", "name", "ne",
-        "neg", "not", "or", "pow", "reshape", "round", "rsqrt", "select_n", "sign", "sin", "sqrt",
-        "square", "squeeze", "stop_gradient", "sub", "tan", "tanh", "xor",
-    }
-)  # fmt: skip
-FUSING_READERS = FUSIBLE | {"reduce_sum", "reduce_max", "reduce_min", "argmax", "argmin"}
-#: Fusible ops a compiler will not compute twice: one read by several kernels gets a buffer.
-EXPENSIVE = frozenset(
-    {
-        "cos", "div", "erf", "exp", "exp2", "expm1", "log", "log1p", "logistic", "pow", "rsqrt",
-        "sin", "sqrt", "tan", "tanh",
-    }
-)  # fmt: skip
-COPYING = frozenset({"dot_general", "conv_general_dilated"})
-
-#: Ops that compile to no kernel: renames, and reshapes of row-major arrays (bitcasts).
-FREE = frozenset({"name", "reshape", "squeeze", "expand_dims", "stop_gradient", "pvary"})
+#: The fusion classes of every primitive, from its record in ``ops`` (XLA:CPU's, for every
+#: preset until the records carry GPU and TPU classes):
+#: - FUSIBLE: fused into a loop kernel; a value made by one and read only by such ops (or
+#:   by a reduction, which fuses its inputs: FUSING_READERS) never gets a buffer of its own;
+#: - EXPENSIVE: fusible, but not computed twice: one read by several kernels gets a buffer;
+#: - COPYING: a matmul or convolution, reading operands held in another order through copies;
+#: - FREE: no kernel at all (renames, reshapes of row-major arrays).
+_SETS = ops.fusion_sets("cpu")
+FUSIBLE, FUSING_READERS, EXPENSIVE = _SETS.fusible, _SETS.fusing_readers, _SETS.expensive
+COPYING, FREE = _SETS.copying, _SETS.free
 
 
 def is_rename(op) -> bool:
     """Whether ``op`` only renames its operand (a scheduler runs it as soon as it may)."""
-    return op.primitive == "name"
+    return ops.traits(op.primitive).tag is not None
 
 
 def fused_values(program, outputs: set) -> set[int]:
@@ -64,11 +52,11 @@ def folded_values(program, outputs: set) -> set[int]:
     return {
         v
         for op in program.ops
-        if op.primitive == "dot_general"
+        if ops.traits(op.primitive).contraction
         for v in op.results
         if v not in outputs
         and len(program.users[v]) == 1
-        and program.ops[program.users[v][0]].primitive == "transpose"
+        and ops.traits(program.ops[program.users[v][0]].primitive).permutes
     }
 
 
@@ -96,12 +84,13 @@ def wanted_orders(op, ranks) -> tuple[tuple[int, ...], ...] | None:
     dims last, the right side's contracting dims right after the batch dims; a
     convolution wants NHWC input and HWIO kernel.
     """
-    if op.primitive == "dot_general":
+    traits = ops.traits(op.primitive)
+    if traits.contraction:
         (lc, rc), (lb, rb) = op.params["dimension_numbers"]
         lhs_free = [d for d in range(ranks[0]) if d not in lc and d not in lb]
         rhs_free = [d for d in range(ranks[1]) if d not in rc and d not in rb]
         return (*lb, *lhs_free, *lc), (*rb, *rc, *rhs_free)
-    if op.primitive == "conv_general_dilated":
+    if traits.convolution:
         dn = op.params["dimension_numbers"]
         lhs, rhs = tuple(dn.lhs_spec), tuple(dn.rhs_spec)
         return (lhs[0], *lhs[2:], lhs[1]), (*rhs[2:], rhs[1], rhs[0])
@@ -115,7 +104,7 @@ def copied_operands(op, ranks) -> tuple[int, ...]:
     wanted = wanted_orders(op, ranks)
     if wanted is None:
         return ()
-    if op.primitive == "dot_general":
+    if ops.traits(op.primitive).contraction:
         (_, _), (lb, _) = op.params["dimension_numbers"]
         if not lb and max(ranks) <= 2:
             return ()
@@ -158,7 +147,7 @@ def _fuses_its_input(program, op, k: int) -> bool:
     contracting dimensions: XLA reshapes it, and a reshape fuses like an elementwise op)."""
     if op.primitive in FUSIBLE:
         return True
-    if op.primitive != "dot_general":
+    if not ops.traits(op.primitive).contraction:
         return False
     ranks = [len(program.operand_type(u).shape) for u in op.operands]
     if k in copied_operands(op, ranks):
@@ -184,7 +173,7 @@ def _full_inputs(program, op) -> int:
         while made is not None and program.ops[made].primitive in FREE:
             first = program.ops[made].operands[0]
             made = values[first].producer if isinstance(first, int) else None
-        if made is not None and program.ops[made].primitive in ("broadcast_in_dim", "iota"):
+        if made is not None and ops.traits(program.ops[made].primitive).broadcasts:
             continue
         if math.prod(shape) > 1 and len(shape) >= rank:
             full += 1

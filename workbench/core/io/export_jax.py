@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.io.structure import SOURCE, structural_keys
-from workbench.core.ir.capture import CALL_PRIMITIVES
+from workbench.core.ops import calls
 
 _TEMPLATE = '''"""Shardings of {name!r} on a {mesh_text} mesh, exported by workbench. Needs only JAX.
 
@@ -158,7 +158,7 @@ def export_jax(session) -> str:
         in_specs="\n".join(in_specs),
         out_specs="\n".join(out_specs),
         constraints="\n".join(constraints),
-        calls=dict(CALL_PRIMITIVES),
+        calls=calls(),
         structure=SOURCE,
     )
 
@@ -170,7 +170,7 @@ def op_keys(program) -> list[tuple[str, ...]]:
 
 
 def _op_keys(program) -> list[tuple[str, ...]]:
-    keys = structural_keys(program.jaxpr, CALL_PRIMITIVES)
+    keys = structural_keys(program.jaxpr, calls())
     ops = [program.ops[o] for o in program.body]
     if len(keys) != len(ops) or any(len(k) != len(op.results) for k, op in zip(keys, ops)):
         raise WorkbenchError(

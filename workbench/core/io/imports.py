@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from workbench.core import ops
 from workbench.core.errors import TacticError, WorkbenchError
 from workbench.core.io.specs import logical_leaves, spec_entry
 from workbench.core.ir.selectors import exact
@@ -155,7 +156,7 @@ def jit_shardings(step, program) -> tuple[list, list] | None:
     if not hasattr(step, "lower"):
         return None
     eqns = program.jaxpr.jaxpr.eqns
-    if len(eqns) != 1 or eqns[0].primitive.name not in ("jit", "pjit"):
+    if len(eqns) != 1 or "in_shardings" not in eqns[0].params:  # not one jitted call
         return None
     params = eqns[0].params
     return (
@@ -168,7 +169,7 @@ def constraint_tiles(program, mesh) -> Triples:
     """Tiles for the ``with_sharding_constraint`` calls inside the step."""
     names, specs = [], []
     for op in program.walk():
-        if op.primitive != "sharding_constraint":
+        if not ops.traits(op.primitive).constraint:
             continue
         spec = _as_spec(op.params.get("sharding"))
         if spec is not None:

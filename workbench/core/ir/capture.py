@@ -28,22 +28,7 @@ from workbench.core.dtypes import as_dtype
 from workbench.core.errors import CaptureError
 from workbench.core.ir.phases import dataflow_phases
 from workbench.core.ir.program import Lit, Op, Operand, Program, Region, Value
-
-#: Primitives whose sub-jaxpr is inlined into the caller (the engine sees straight through).
-CALL_PRIMITIVES = {
-    "jit": "jaxpr",
-    "pjit": "jaxpr",
-    "closed_call": "call_jaxpr",
-    "core_call": "call_jaxpr",
-    "remat2": "jaxpr",
-    "checkpoint": "jaxpr",
-    "custom_jvp_call": "call_jaxpr",
-    "custom_vjp_call": "call_jaxpr",
-    "custom_vjp_call_jaxpr": "fun_jaxpr",
-}
-
-#: The tag primitive (``jax.ad_checkpoint.checkpoint_name``) and its parameter.
-TAG_PRIMITIVE = "name"
+from workbench.core.ops import traits as traits_of
 
 
 def _path_text(path) -> str:
@@ -123,7 +108,7 @@ class _Builder:
     def op_name(self, prefix: str, primitive: str) -> str:
         k = self.counters[(prefix, primitive)]
         self.counters[(prefix, primitive)] = k + 1
-        short = "tag" if primitive == TAG_PRIMITIVE else primitive
+        short = "tag" if traits_of(primitive).tag else primitive
         return f"{prefix}/{short}.{k}" if prefix else f"{short}.{k}"
 
     # -- walking ---------------------------------------------------------------------------
@@ -151,10 +136,12 @@ class _Builder:
             scopes, backward = _split_name_stack(eqn.source_info.name_stack)
             sub = dict(ctx, scope=ctx["scope"] + scopes, backward=ctx["backward"] or backward)
             operands = tuple(self.read(env, v) for v in eqn.invars)
-            if prim in CALL_PRIMITIVES and CALL_PRIMITIVES[prim] in eqn.params:
-                callee = eqn.params[CALL_PRIMITIVES[prim]]
-                if prim in ("jit", "pjit") and eqn.params.get("name") not in (None, "<lambda>"):
-                    sub["scope"] = sub["scope"] + (str(eqn.params["name"]),)
+            call = traits_of(prim).call
+            if call is not None and call.param in eqn.params:
+                callee = eqn.params[call.param]
+                scope = eqn.params.get(call.scope) if call.scope else None
+                if scope not in (None, "<lambda>"):
+                    sub["scope"] = sub["scope"] + (str(scope),)
                 inner_env: dict = {}
                 inner = self.bind_consts(callee, inner_env, self.prefix(sub), ctx["region_of"])
                 for var, operand in zip(inner.invars, operands):
@@ -180,9 +167,10 @@ class _Builder:
         name = self.op_name(prefix, prim)
         phase = "backward" if ctx["backward"] else "forward"  # the update: see ``phases``
         results = []
+        traits = traits_of(prim)
         for k, var in enumerate(eqn.outvars):
-            if prim == TAG_PRIMITIVE:
-                tag = str(eqn.params.get("name", "tag"))
+            if traits.tag:
+                tag = str(eqn.params.get(traits.tag, "tag"))
                 vname = f"{self.prefix(dict(ctx, backward=False))}/{tag}".lstrip("/")
             else:
                 vname = name if len(eqn.outvars) == 1 else f"{name}:{k}"
@@ -192,15 +180,11 @@ class _Builder:
             results.append(vid)
             if not isinstance(var, jex.DropVar):
                 env[var] = vid
-        if (
-            prim == "convert_element_type"
-            and isinstance(operands[0], Lit)
-            and not operands[0].shape
-        ):
+        if traits.cast and isinstance(operands[0], Lit) and not operands[0].shape:
             self.scalars[results[0]] = np.asarray(operands[0].value).astype(
                 self.values[results[0]]["dtype"]
             )
-        regions = self.emit_regions(eqn, prim, oid, name, operands, ctx)
+        regions = self.emit_regions(eqn, traits.control, oid, name, operands, ctx)
         self.ops[oid] = Op(
             id=oid,
             name=name,
@@ -218,44 +202,14 @@ class _Builder:
         return oid
 
     # -- regions (scan, while, cond) ---------------------------------------------------------
-    def emit_regions(self, eqn, prim, oid, name, operands, ctx) -> tuple[Region, ...]:
-        p = eqn.params
-        if prim == "scan":
-            nc, nk = p["num_consts"], p["num_carry"]
-            roles = ["const"] * nc + ["carry"] * nk + ["x"] * (len(operands) - nc - nk)
-            return (self.region("body", p["jaxpr"], oid, name, roles, operands, ctx),)
-        if prim == "while":
-            cn, bn = p["cond_nconsts"], p["body_nconsts"]
-            carry = operands[cn + bn :]
-            cond_ops = operands[:cn] + carry
-            body_ops = operands[cn : cn + bn] + carry
-            return (
-                self.region(
-                    "cond",
-                    p["cond_jaxpr"],
-                    oid,
-                    name,
-                    ["const"] * cn + ["carry"] * len(carry),
-                    cond_ops,
-                    ctx,
-                ),
-                self.region(
-                    "body",
-                    p["body_jaxpr"],
-                    oid,
-                    name,
-                    ["const"] * bn + ["carry"] * len(carry),
-                    body_ops,
-                    ctx,
-                ),
-            )
-        if prim == "cond":
-            ins = operands[1:]
-            return tuple(
-                self.region(f"branch{i}", br, oid, name, ["in"] * len(ins), ins, ctx)
-                for i, br in enumerate(p["branches"])
-            )
-        return ()
+    def emit_regions(self, eqn, control, oid, name, operands, ctx) -> tuple[Region, ...]:
+        """The regions of a loop or branch (``control``: the op's control-flow trait)."""
+        if control is None:
+            return ()
+        return tuple(
+            self.region(rname, closed, oid, name, roles, outer, ctx)
+            for rname, closed, roles, outer in control.regions(eqn.params, operands)
+        )
 
     def region(self, rname, closed, oid, op_name, roles, outer_operands, ctx) -> Region:
         base = f"{op_name}/{rname}" if rname != "body" else op_name
@@ -374,7 +328,7 @@ def capture(fn: Callable, *args, **kwargs) -> Program:
         if isinstance(vid, int) and vid not in renamed:
             rec = b.values[vid]
             op = b.ops[rec["producer"]] if rec["producer"] is not None else None
-            if rec["kind"] == "intermediate" and op is not None and op.primitive != TAG_PRIMITIVE:
+            if rec["kind"] == "intermediate" and op is not None and not traits_of(op.primitive).tag:
                 b.taken.discard(rec["name"])
                 rec["name"] = b.unique(oname)
                 renamed.add(vid)
@@ -425,7 +379,7 @@ def _with_phases(ops: list[Op], body: list[int], values: list[dict]) -> tuple[Op
     top = dataflow_phases(len(body), reads, readers, [ops[o].phase == "backward" for o in body])
     phase = {o: top[i] for i, o in enumerate(body)}
     for i, o in enumerate(body):  # a tag is the identity: it belongs where its operand is made
-        if ops[o].primitive == TAG_PRIMITIVE and reads[i]:
+        if traits_of(ops[o].primitive).tag and reads[i]:
             phase[o] = phase[body[reads[i][0]]]
     out = []
     for op in ops:  # a region op comes before the ops of its regions

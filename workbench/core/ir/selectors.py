@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from workbench.core import caches
 from workbench.core.errors import SelectorError, closest_names
+from workbench.core.ops import traits as traits_of
 
 Selector = str | Sequence[str]
 
@@ -134,11 +135,12 @@ def select(program, selector: Selector, *, required: bool = True) -> list[int]:
 
 def _tagged(program, tag_glob: str) -> list[int]:
     regex = compile_glob(tag_glob)
-    return [
-        op.results[0]
-        for op in program.ops
-        if op.primitive == "name" and regex.match(str(op.params.get("name", "")))
-    ]
+    out = []
+    for op in program.ops:
+        tag = traits_of(op.primitive).tag
+        if tag and regex.match(str(op.params.get(tag, ""))):
+            out.append(op.results[0])
+    return out
 
 
 def _no_match_message(program, selector) -> str:

@@ -19,11 +19,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, jaxpr_as_fun
 from workbench.core.dtypes import is_extended
 from workbench.core.ir.program import Lit, Op
 from workbench.core.lowering.interpret import Interpreter, literal
-
-#: ops whose meaning is their operands' bits: bound at the program's dtypes
-AT_OWN_DTYPES = frozenset({"bitcast_convert_type", "random_bits", "threefry2x32"})
-#: ops that only round: the identity in float64
-ROUNDING = frozenset({"reduce_precision"})
+from workbench.core.ops import traits as traits_of
 
 
 def wide(dtype):
@@ -69,9 +65,10 @@ class Float64(Interpreter):
         return widen(literal(v)) if isinstance(v, Lit) else env[v]
 
     def bind(self, op: Op, args: list) -> list:
-        if op.primitive in ROUNDING:
+        traits = traits_of(op.primitive)
+        if traits.rounding:  # only rounds: the identity in float64
             return list(args)
-        if op.primitive not in AT_OWN_DTYPES:
+        if not traits.bitwise:  # one that means its operands' bits runs at their dtypes, below
             try:
                 params = {k: _wide_param(p) for k, p in op.params.items()}
                 outs = op.jax_primitive.bind(*args, **params)

@@ -9,9 +9,9 @@ global shapes (the reference and the constrained lowering) or per device (explic
 from __future__ import annotations
 
 import numpy as np
-from jax import lax
 
 from workbench.core.ir.program import Lit, Op
+from workbench.core.ops import traits as traits_of
 
 
 def literal(lit: Lit):
@@ -31,7 +31,7 @@ class Interpreter:
         return literal(v) if isinstance(v, Lit) else env[v]
 
     def bind(self, op: Op, args: list) -> list:
-        if op.primitive == "sharding_constraint":  # a layout, not a computation: the
+        if traits_of(op.primitive).constraint:  # a layout, not a computation: the
             return list(args)  # lowerings place the plan's own (which imports it)
         params = dict(op.params)
         out = op.jax_primitive.bind(*args, **params)
@@ -65,48 +65,15 @@ class Interpreter:
         ]
 
     def region(self, env: dict, op: Op, args: list) -> list:
-        p = op.params
-        n_in, n_res = len(op.operands), len(op.results)
-        if op.primitive == "scan":
-            nc, nk = p["num_consts"], p["num_carry"]
-            consts, init, xs = args[:nc], args[nc : nc + nk], args[nc + nk :]
+        """A loop or branch, by JAX's control flow around its interpreted regions."""
+        control = traits_of(op.primitive).control
+        if control is None:  # pragma: no cover
+            raise NotImplementedError(f"no interpreter for region op {op.primitive}")
 
-            def body(carry, x):
-                outs = self._body(env, op, 0, [*consts, *carry, *x], n_in, n_res)
-                return outs[:nk], outs[nk:]
+        def body(k, values, out_start, in_start):
+            return self._body(env, op, k, values, out_start, in_start)
 
-            carry, ys = lax.scan(
-                body,
-                list(init),
-                list(xs),
-                length=p["length"],
-                reverse=p["reverse"],
-                unroll=p["unroll"],
-            )
-            return [*carry, *ys]
-        if op.primitive == "while":
-            cn, bn = p["cond_nconsts"], p["body_nconsts"]
-            cconsts, bconsts, init = args[:cn], args[cn : cn + bn], args[cn + bn :]
-            k = len(init)
-
-            def cond_fn(carry):
-                return self._body(env, op, 0, [*cconsts, *carry], n_in, n_res)[0]
-
-            def body_fn(carry):
-                return self._body(env, op, 1, [*bconsts, *carry], n_in + 1, n_res + cn + k)
-
-            return list(lax.while_loop(cond_fn, body_fn, list(init)))
-        if op.primitive == "cond":
-            index, ops = args[0], args[1:]
-            m, r = len(ops), len(op.results)
-
-            def branch(i):
-                return lambda *xs: self._body(env, op, i, list(xs), n_in + i * r, n_res + i * m)
-
-            return list(lax.switch(index, [branch(i) for i in range(len(op.regions))], *ops))
-        raise NotImplementedError(
-            f"no interpreter for region op {op.primitive}"
-        )  # pragma: no cover
+        return control.run(op.params, args, len(op.operands), len(op.results), body)
 
     def outputs(self, env: dict) -> list:
         return [self.read(env, v, None, i) for i, v in enumerate(self.program.outputs)]

@@ -1,10 +1,12 @@
-"""Sharding rules, one module per primitive family, all registered in ``registry.RULES``."""
+"""One record per primitive (rule, cost, fusion, local lowering, traits) and the queries on
+them; importing the package registers every family (see README.md)."""
 
 from __future__ import annotations
 
 import warnings
 
-from workbench.core.ops import (  # noqa: F401  (importing registers the rules)
+from workbench.core.ops import (  # noqa: F401  (importing registers the records)
+    collectives,
     control_flow,
     conv,
     dot,
@@ -14,6 +16,7 @@ from workbench.core.ops import (  # noqa: F401  (importing registers the rules)
     random,
     reduce,
     shape,
+    wrappers,
 )
 from workbench.core.ops.mapping import (
     FactorMapping,
@@ -22,19 +25,46 @@ from workbench.core.ops.mapping import (
     barrier_mapping,
     einsum_mapping,
 )
-from workbench.core.ops.registry import RULES, has_rule, mapping_for, register
+from workbench.core.ops.record import Barrier, Call, Control, Fusion, Fusions, Record, Traits
+from workbench.core.ops.registry import (
+    RECORDS,
+    RULES,
+    FusionSets,
+    calls,
+    fusion_sets,
+    has_rule,
+    local_lowering,
+    mapping_for,
+    record,
+    register,
+    traits,
+)
 
 __all__ = [
+    "RECORDS",
     "RULES",
+    "Barrier",
+    "Call",
+    "Control",
     "FactorMapping",
+    "Fusion",
+    "FusionSets",
+    "Fusions",
     "MappingBuilder",
+    "Record",
     "TensorType",
+    "Traits",
     "barrier_mapping",
+    "calls",
     "einsum_mapping",
+    "fusion_sets",
     "has_rule",
+    "local_lowering",
     "mapping_for",
     "mapping_of",
+    "record",
     "register",
+    "traits",
 ]
 
 

@@ -1,13 +1,24 @@
 """dot_general: batch factors in all three tensors, free factors in one operand and the result,
-contracting factors in both operands only (tiling one leaves the result a partial sum)."""
+contracting factors in both operands only (tiling one leaves the result a partial sum).
+It costs 2 x output elements x contracting size FLOPs."""
 
 from __future__ import annotations
 
+import math
+
+from workbench.core.ops.costs import OpCost, elements, io_bytes
 from workbench.core.ops.mapping import MappingBuilder
+from workbench.core.ops.record import COPYING, Traits
 from workbench.core.ops.registry import register
 
 
-@register("dot_general")
+def _dot_general_cost(params, operands, results):
+    (lc, _), _ = params["dimension_numbers"]
+    k = math.prod(operands[0].shape[d] for d in lc)
+    return OpCost(2.0 * elements(results[0]) * k, 0.0, io_bytes(operands, results))
+
+
+@register("dot_general", cost=_dot_general_cost, fusion=COPYING, traits=Traits(contraction=True))
 def _dot_general_rule(params, operands, results):
     (lc, rc), (lb, rb) = params["dimension_numbers"]
     lhs, rhs = operands

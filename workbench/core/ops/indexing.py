@@ -3,16 +3,105 @@
 A gather whose looked-up dimension is tiled (an embedding table sharded on its vocab)
 is a masked local lookup: each device answers the indices it holds and the result is a
 partial sum, exactly like a contraction. The transpose, scatter-add, sums the updates it
-scatters: their scatter dimensions are contracting factors.
+scatters: their scatter dimensions are contracting factors. On local shards such a gather
+looks up only the rows its device holds (the others give zero: the pending sum), and a
+scatter into a tiled dimension shifts its indices and drops the updates others own. Slices,
+gathers and scatters touch only what they read or write (see README.md).
 """
 
 from __future__ import annotations
 
+from functools import partial
+
+import jax.numpy as jnp
+from jax import lax
+
+from workbench.core.ops.costs import OpCost, elements, tensor_bytes
+from workbench.core.ops.local import bind, local_params, offset, result_shape
 from workbench.core.ops.mapping import MappingBuilder
+from workbench.core.ops.record import KERNEL, MOVES, Barrier, Traits
 from workbench.core.ops.registry import register
 
 
-@register("dynamic_slice")
+# -- costs (local types) ---------------------------------------------------------------------
+def _dynamic_slice_cost(params, operands, results):
+    idx = sum(tensor_bytes(t) for t in operands[1:])
+    return OpCost(0.0, 0.0, 2 * tensor_bytes(results[0]) + idx)
+
+
+def _dynamic_update_slice_cost(params, operands, results):
+    idx = sum(tensor_bytes(t) for t in operands[2:])
+    return OpCost(0.0, 0.0, 2 * tensor_bytes(operands[1]) + idx)
+
+
+def _gather_cost(params, operands, results):
+    return OpCost(0.0, 0.0, 2 * tensor_bytes(results[0]) + tensor_bytes(operands[1]))
+
+
+def _scatter_cost(params, operands, results, combine: int):
+    """In place: the updates read, combined (``combine`` flops each) and written."""
+    updates = operands[2]
+    flops = float(combine * elements(updates))
+    return OpCost(flops, 0.0, 3 * tensor_bytes(updates) + tensor_bytes(operands[1]))
+
+
+# -- on local shards --------------------------------------------------------------------------
+def _gather_local(op, args, ins, outs, mesh):
+    """Local slice sizes; where a looked-up dimension is tiled, a masked local lookup."""
+    x, idx = args
+    xl = ins[0]
+    g, loc = xl.shape, xl.local_shape(mesh)
+    sizes = tuple(m if s == n else s for s, n, m in zip(op.params["slice_sizes"], g, loc))
+    params = local_params(op, slice_sizes=sizes)
+    dn = params["dimension_numbers"]
+    tiled = [
+        (p, d)
+        for p, d in enumerate(dn.start_index_map)
+        if d in dn.collapsed_slice_dims and xl.dims[d]
+    ]
+    if not tiled:
+        return bind(op, args, params)
+    valid = None
+    for p, d in tiled:
+        local = xl.shape[d] // xl.shards(d, mesh)
+        shifted = idx[..., p] - offset(xl, d, mesh).astype(idx.dtype)
+        ok = (shifted >= 0) & (shifted < local)
+        idx = idx.at[..., p].set(jnp.clip(shifted, 0, local - 1))
+        valid = ok if valid is None else valid & ok
+    params = dict(params, mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS, fill_value=None)
+    (out,) = bind(op, [x, idx], params)
+    batch_dims = [d for d in range(out.ndim) if d not in dn.offset_dims]
+    mask = jnp.expand_dims(valid, tuple(dn.offset_dims)) if dn.offset_dims else valid
+    assert mask.ndim == out.ndim and len(batch_dims) == valid.ndim
+    return [jnp.where(mask, out, jnp.zeros((), out.dtype))]
+
+
+def _scatter_local(op, args, ins, outs, mesh):
+    """Indices into a tiled dimension shifted to the local block; others' updates dropped."""
+    x, idx, upd = args
+    xl = ins[0]
+    params = local_params(op)
+    dn = params["dimension_numbers"]
+    tiled = [(p, d) for p, d in enumerate(dn.scatter_dims_to_operand_dims) if xl.dims[d]]
+    if not tiled:
+        return bind(op, args, params)
+    clip = params.get("mode") == lax.GatherScatterMode.CLIP
+    for p, d in tiled:
+        column = idx[..., p]
+        if clip:
+            column = jnp.clip(column, 0, xl.shape[d] - 1)
+        idx = idx.at[..., p].set(column - offset(xl, d, mesh).astype(idx.dtype))
+    params = dict(params, mode=lax.GatherScatterMode.FILL_OR_DROP)
+    return bind(op, [x, idx, upd], params)
+
+
+# -- rules -----------------------------------------------------------------------------------
+@register(
+    "dynamic_slice",
+    cost=_dynamic_slice_cost,
+    fusion=MOVES,
+    local=result_shape("slice_sizes"),
+)
 def _dynamic_slice_rule(params, operands, results):
     x, *indices = operands
     (out,) = results
@@ -33,7 +122,7 @@ def _dynamic_slice_rule(params, operands, results):
     return b.build(linear=((0,),), structural=True)
 
 
-@register("dynamic_update_slice")
+@register("dynamic_update_slice", cost=_dynamic_update_slice_cost, fusion=MOVES)
 def _dynamic_update_slice_rule(params, operands, results):
     x, update, *indices = operands
     b = MappingBuilder()
@@ -54,7 +143,9 @@ def _dynamic_update_slice_rule(params, operands, results):
     return b.build(linear=((0, 1),), structural=True)
 
 
-@register("gather")
+@register(
+    "gather", cost=_gather_cost, fusion=MOVES, local=_gather_local, traits=Traits(lookup=True)
+)
 def _gather_rule(params, operands, results):
     x, idx = operands
     (out,) = results
@@ -127,19 +218,30 @@ def _scatter(params, operands, results, *, additive: bool):
     return b.build(linear=((0, 2),) if additive else ())
 
 
-@register("scatter-add", "scatter_add")
+_ADD = partial(_scatter_cost, combine=1)
+
+
+@register("scatter-add", "scatter_add", cost=_ADD, fusion=KERNEL, local=_scatter_local)
 def _scatter_add_rule(params, operands, results):
     return _scatter(params, operands, results, additive=True)
 
 
+@register("scatter", cost=partial(_scatter_cost, combine=0), fusion=KERNEL, local=_scatter_local)
 @register(
-    "scatter",
     "scatter-mul",
     "scatter_mul",
     "scatter-min",
     "scatter_min",
     "scatter-max",
     "scatter_max",
+    cost=_ADD,
+    fusion=KERNEL,
+    local=_scatter_local,
 )
 def _scatter_rule(params, operands, results):
     return _scatter(params, operands, results, additive=False)
+
+
+register("scatter-sub", "scatter_sub", cost=_ADD, fusion=KERNEL)(
+    Barrier("no rule written yet for a scatter that subtracts its updates")
+)

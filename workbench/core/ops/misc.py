@@ -1,12 +1,61 @@
-"""Sorting, top-k and windowed reductions (pooling and its gradient)."""
+"""Sorting, top-k, windowed reductions (pooling and its gradient) and the FFT.
+
+Their costs follow XLA's formulas (sort: n x ceil(log2 n) over the whole first operand;
+reduce-window: window - 1 per output; select-and-scatter: window per source element), except
+``top_k``, a custom call XLA:CPU prices at -1: here a partial sort, n x ceil(log2(k + 1)).
+"""
 
 from __future__ import annotations
 
+import math
+
+from workbench.core.ops.costs import OpCost, elements, io_bytes
 from workbench.core.ops.mapping import MappingBuilder
+from workbench.core.ops.record import KERNEL, Barrier
 from workbench.core.ops.registry import register
 
 
-@register("sort")
+def _sort_cost(params, operands, results):
+    n = elements(operands[0])
+    return OpCost(
+        float(n * math.ceil(math.log2(n))) if n > 1 else 0.0, 0.0, io_bytes(operands, results)
+    )
+
+
+def _top_k_cost(params, operands, results):
+    k = int(params.get("k", results[0].shape[-1] if results[0].shape else 1))
+    return OpCost(
+        float(elements(operands[0]) * max(1, math.ceil(math.log2(k + 1)))),
+        0.0,
+        io_bytes(operands, results),
+    )
+
+
+def _reduce_window_cost(params, operands, results):
+    window = math.prod(params.get("window_dimensions", (1,)))
+    n_out = sum(elements(r) for r in results)
+    return OpCost(float((window - 1) * n_out), 0.0, io_bytes(operands, results))
+
+
+def _select_and_scatter_add_cost(params, operands, results):
+    # XLA: (window - 1) selects (one compare) + 1 scatter (one add) per source element.
+    window = math.prod(params.get("window_dimensions", (1,)))
+    return OpCost(float(window * elements(operands[0])), 0.0, io_bytes(operands, results))
+
+
+def _select_and_gather_add_cost(params, operands, results):
+    # lowered to a reduce-window over (value, tangent) pairs: 3 flops per combine
+    window = math.prod(params.get("window_dimensions", (1,)))
+    return OpCost(float(3 * (window - 1) * elements(results[0])), 0.0, io_bytes(operands, results))
+
+
+def _fft_cost(params, operands, results):
+    lengths = params.get("fft_lengths", ())
+    logs = math.prod(int(math.log2(n)) for n in lengths) if lengths else 1
+    return OpCost(8.0 * logs * elements(operands[0]), 0.0, io_bytes(operands, results))
+
+
+@register("sort", cost=_sort_cost, fusion=KERNEL)
 def _sort_rule(params, operands, results):
     axis = params["dimension"]
     b = MappingBuilder()
@@ -18,7 +67,7 @@ def _sort_rule(params, operands, results):
     return b.build()
 
 
-@register("top_k")
+@register("top_k", cost=_top_k_cost, fusion=KERNEL)
 def _top_k_rule(params, operands, results):
     (x,) = operands
     b = MappingBuilder()
@@ -43,7 +92,14 @@ def _window_trivial(params, d) -> bool:
     )
 
 
-@register("reduce_window_sum", "reduce_window_max", "reduce_window_min", "reduce_window")
+@register(
+    "reduce_window_sum",
+    "reduce_window_max",
+    "reduce_window_min",
+    "reduce_window",
+    cost=_reduce_window_cost,
+    fusion=KERNEL,
+)
 def _reduce_window_rule(params, operands, results):
     x = operands[0]
     out = results[0]
@@ -64,7 +120,8 @@ def _reduce_window_rule(params, operands, results):
     return b.build()
 
 
-@register("select_and_scatter_add", "select_and_gather_add")
+@register("select_and_scatter_add", cost=_select_and_scatter_add_cost, fusion=KERNEL)
+@register("select_and_gather_add", cost=_select_and_gather_add_cost, fusion=KERNEL)
 def _select_and_scatter_rule(params, operands, results):
     # select_and_scatter_add(source, operand) -> like operand; select_and_gather_add(tangents, operand)
     src, x = operands[0], operands[1]
@@ -85,3 +142,8 @@ def _select_and_scatter_rule(params, operands, results):
     b.operand(xd)
     b.result(od)
     return b.build()
+
+
+register("fft", cost=_fft_cost, fusion=KERNEL)(
+    Barrier("no rule written yet: an FFT needs its transformed dimensions whole")
+)

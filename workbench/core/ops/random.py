@@ -21,6 +21,7 @@ of ``random_wrap`` / ``random_unwrap`` (2 uint32 for threefry, 4 for rbg) is blo
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
@@ -29,9 +30,11 @@ from jax import lax
 from jax.extend.random import threefry2x32_p
 
 from workbench.core.dtypes import impl_name
-from workbench.core.lowering.local import offset
-from workbench.core.ops.elementwise import pointwise
+from workbench.core.ops.costs import OpCost, io_bytes
+from workbench.core.ops.elementwise import CHEAP, VANISHES, pointwise
+from workbench.core.ops.local import offset
 from workbench.core.ops.mapping import MappingBuilder, TensorType
+from workbench.core.ops.record import KERNEL, Barrier, Traits
 from workbench.core.ops.registry import register
 
 THREEFRY = "threefry2x32"
@@ -58,17 +61,17 @@ def _blocked(operands, results):
     return b.build()
 
 
+#: Draws on keys: an input read only by these ops is a key (``anatomy``).
+_DRAWS = Traits(random=True)
+#: XLA:CPU rolls threefry's rounds into a while loop: kernels of their own
+_ROUNDS = replace(
+    KERNEL, why="not in the simulator's tables before; XLA:CPU runs threefry's rounds in a loop"
+)
+
+
 # -- costs (local types) ---------------------------------------------------------------------
-def _io(operands, results):
-    from workbench.core.ops.costs import tensor_bytes
-
-    return sum(tensor_bytes(t) for t in (*operands, *results))
-
-
 def _cost(flops, operands, results, transcendentals=0.0):
-    from workbench.core.ops.costs import OpCost
-
-    return OpCost(float(flops), float(transcendentals), _io(operands, results))
+    return OpCost(float(flops), float(transcendentals), io_bytes(operands, results))
 
 
 def _move_cost(params, operands, results):
@@ -101,7 +104,8 @@ def _rng_cost(params, operands, results):
 
 
 # -- rules -----------------------------------------------------------------------------------
-@register("random_seed", "random_clone", cost=_move_cost)
+@register("random_seed", cost=_move_cost, fusion=CHEAP, traits=_DRAWS)
+@register("random_clone", cost=_move_cost, fusion=VANISHES)
 def _seed_rule(params, operands, results):
     return pointwise(operands, results)
 
@@ -112,7 +116,7 @@ def _words(b: MappingBuilder, keys: TensorType, words: TensorType):
     return lead, [*lead, *b.dims_for(words.shape[keys.rank :], blocked=True)]
 
 
-@register("random_wrap", cost=_move_cost)
+@register("random_wrap", cost=_move_cost, fusion=VANISHES, traits=_DRAWS)
 def _wrap_rule(params, operands, results):
     b = MappingBuilder()
     keys, words = _words(b, results[0], operands[0])
@@ -121,7 +125,7 @@ def _wrap_rule(params, operands, results):
     return b.build(structural=True)
 
 
-@register("random_unwrap", cost=_move_cost)
+@register("random_unwrap", cost=_move_cost, fusion=VANISHES)
 def _unwrap_rule(params, operands, results):
     b = MappingBuilder()
     keys, words = _words(b, operands[0], results[0])
@@ -130,7 +134,7 @@ def _unwrap_rule(params, operands, results):
     return b.build(structural=True)
 
 
-@register("random_split", cost=_key_cost)
+@register("random_split", cost=_key_cost, fusion=_ROUNDS, traits=_DRAWS)
 def _split_rule(params, operands, results):
     (keys,), (out,) = operands, results
     if not exact_per_key(keys):
@@ -142,7 +146,7 @@ def _split_rule(params, operands, results):
     return b.build()
 
 
-@register("random_fold_in", cost=_key_cost)
+@register("random_fold_in", cost=_key_cost, fusion=_ROUNDS, traits=_DRAWS)
 def _fold_in_rule(params, operands, results):
     if not exact_per_key(operands[0]):
         return _blocked(operands, results)
@@ -183,7 +187,13 @@ def _bits_local(op, args, ins, outs, mesh):
     return [fn(jax.random.key_data(keys))]
 
 
-@register("random_bits", cost=_bits_cost, local=_bits_local)
+@register(
+    "random_bits",
+    cost=_bits_cost,
+    fusion=_ROUNDS,
+    local=_bits_local,
+    traits=Traits(random=True, bitwise=True),
+)
 def _bits_rule(params, operands, results):
     (keys,), (out,) = operands, results
     if not exact_per_key(keys):
@@ -196,14 +206,24 @@ def _bits_rule(params, operands, results):
     return b.build()
 
 
-@register("threefry2x32", cost=_threefry_cost)
+@register(
+    "threefry2x32",
+    cost=_threefry_cost,
+    fusion=_ROUNDS,
+    traits=Traits(random=True, bitwise=True),
+)
 def _threefry_rule(params, operands, results):
     return pointwise(operands, results)
 
 
-@register("rng_bit_generator", cost=_rng_cost)
+@register("rng_bit_generator", cost=_rng_cost, fusion=KERNEL)
 def _rng_bit_generator_rule(params, operands, results):
     return _blocked(operands, results)
+
+
+register("rng_uniform", cost=_rng_cost, fusion=KERNEL)(
+    Barrier("XLA's RngUniform: its values depend on the whole array and the backend")
+)
 
 
 # -- what a run can promise --------------------------------------------------------------------

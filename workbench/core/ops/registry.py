@@ -1,70 +1,118 @@
-"""The registry of what the engine knows per primitive, keyed by primitive name.
+"""The records, keyed by primitive name, and the queries the rest of core asks of them.
 
-Every primitive with a sharding rule has a ``Record``: the rule, and optionally its
-per-device cost (``costs.op_cost`` asks the record first) and its per-device lowering
-under ``shard_map`` (``lowering.local.bind_local`` asks the record first).
-
-A rule is a pure function ``(params, operands, results) -> FactorMapping`` where
-operands and results are ``TensorType``s. For ops with regions (scan, while, cond) the
-operands are the outer operands followed by every region's outputs, and the results
-the outer results followed by every region's inputs, so one mapping ties a loop's
-inside to its outside.
+A family module registers each primitive once (``register``); a second registration is a
+bug. Core asks ``record``, ``traits``, ``local_lowering``, ``calls`` and ``fusion_sets``
+instead of comparing names; ``mapping_for`` gives an op's factor mapping (an unknown
+primitive warns once and is a barrier).
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from workbench.core.ops.local import runs_unchanged
 from workbench.core.ops.mapping import FactorMapping, TensorType, barrier_mapping
+from workbench.core.ops.record import (
+    BACKENDS,
+    NO_TRAITS,
+    Barrier,
+    Fusion,
+    Fusions,
+    Record,
+    Rule,
+    Traits,
+)
 
-
-class Rule(Protocol):
-    def __call__(
-        self,
-        params: Mapping[str, Any],
-        operands: Sequence[TensorType],
-        results: Sequence[TensorType],
-    ) -> FactorMapping: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One primitive's knowledge. ``cost(params, operands, results) -> OpCost`` prices it on
-    local types; ``local(op, args, ins, outs, mesh) -> list`` runs it on local shards laid
-    out as ``ins`` (operand ``Sharding``s), producing ``outs``. None: the defaults."""
-
-    rule: Rule
-    cost: Callable | None = None
-    local: Callable | None = None
-
-
-RULES: dict[str, Rule] = {}
 RECORDS: dict[str, Record] = {}
+RULES: dict[str, Rule] = {}  # primitive -> its rule (the records' rules, for lookups)
 _warned: set[str] = set()
 
 
 def register(
-    *primitives: str, cost: Callable | None = None, local: Callable | None = None
+    *primitives: str,
+    cost: Callable,
+    fusion: Fusion | Fusions,
+    local: Callable = runs_unchanged,
+    traits: Traits = NO_TRAITS,
 ) -> Callable[[Rule], Rule]:
-    """Register one rule (with its cost and local lowering, if given) under one or more
-    primitive names; a second registration is a bug."""
+    """Register one rule with its facets under one or more primitive names (as a decorator,
+    or called on a ``Barrier``). Cost and fusion have no default: a new primitive says them."""
+    if isinstance(fusion, Fusion):
+        fusion = Fusions(cpu=fusion)
+    family = sys._getframe(1).f_globals.get("__name__", "?").rsplit(".", 1)[-1]
 
     def wrap(rule: Rule) -> Rule:
         for name in primitives:
-            if name in RULES:
-                raise ValueError(f"primitive {name!r} already has a sharding rule: {RULES[name]}")
+            if name in RECORDS:
+                raise ValueError(f"primitive {name!r} already has a record: {RECORDS[name]}")
+            RECORDS[name] = Record(name, family, rule, cost, fusion, local, traits)
             RULES[name] = rule
-            RECORDS[name] = Record(rule, cost, local)
         return rule
 
     return wrap
 
 
+# -- queries ---------------------------------------------------------------------------------------
+def record(primitive: str) -> Record | None:
+    """The record of ``primitive``; None for a primitive workbench does not know."""
+    return RECORDS.get(primitive)
+
+
+def traits(primitive: str) -> Traits:
+    """The traits of ``primitive`` (none for an unknown primitive)."""
+    rec = RECORDS.get(primitive)
+    return NO_TRAITS if rec is None else rec.traits
+
+
+def local_lowering(primitive: str) -> Callable:
+    """How ``primitive`` runs on local shards (unchanged for an unknown primitive)."""
+    rec = RECORDS.get(primitive)
+    return runs_unchanged if rec is None else rec.local
+
+
 def has_rule(primitive: str) -> bool:
-    return primitive in RULES
+    return primitive in RECORDS
+
+
+def calls() -> dict[str, str]:
+    """The calls capture inlines: primitive -> the param holding the callee."""
+    return {name: r.traits.call.param for name, r in RECORDS.items() if r.traits.call}
+
+
+@dataclass(frozen=True, slots=True)
+class FusionSets:
+    """The simulator's fusion tables for one backend (see ``record.Fusion``)."""
+
+    fusible: frozenset[str]  # fuse into loop kernels
+    fusing_readers: frozenset[str]  # read fused values without a buffer
+    expensive: frozenset[str]  # fusible, but computed once when several kernels read them
+    copying: frozenset[str]  # read operands through transposed copies
+    free: frozenset[str]  # compile to no kernel
+
+
+def fusion_sets(backend: str = "cpu") -> FusionSets:
+    """The five fusion tables of ``backend``, read from the records."""
+    if backend not in BACKENDS:
+        raise ValueError(f"no backend {backend!r}; choose one of {BACKENDS}")
+    per = {name: getattr(r.fusion, backend) for name, r in RECORDS.items()}
+    missing = sorted(name for name, f in per.items() if f is None)
+    if missing:
+        raise ValueError(
+            f"no {backend} fusion classes for {len(missing)} primitives ({', '.join(missing[:5])}"
+            f"{', ...' if len(missing) > 5 else ''}); only cpu's are read so far"
+        )
+
+    def those(flag: str) -> frozenset[str]:
+        return frozenset(name for name, f in per.items() if getattr(f, flag))
+
+    return FusionSets(
+        those("loop"), those("fuses_inputs"), those("expensive"), those("copies_operands"),
+        those("bitcast"),
+    )  # fmt: skip
 
 
 def mapping_for(
@@ -73,9 +121,10 @@ def mapping_for(
     operands: Sequence[TensorType],
     results: Sequence[TensorType],
 ) -> FactorMapping:
-    """The factor mapping of one op. An unknown primitive warns once and becomes a barrier."""
-    rule = RULES.get(primitive)
-    if rule is None:
+    """The factor mapping of one op. An unknown primitive warns once and becomes a barrier;
+    an explicit ``Barrier`` warns once with its reason."""
+    rec = RECORDS.get(primitive)
+    if rec is None:
         if primitive not in _warned:
             _warned.add(primitive)
             warnings.warn(
@@ -84,4 +133,6 @@ def mapping_for(
                 stacklevel=2,
             )
         return barrier_mapping(operands, results)
-    return rule(params, operands, results)
+    if isinstance(rec.rule, Barrier):
+        rec.rule.warn(primitive)
+    return rec.rule(params, operands, results)

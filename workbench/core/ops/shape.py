@@ -2,17 +2,54 @@
 concatenate, pad, slice, split, iota.
 
 A reshape maps each dimension to several factors (a merge ``[B, S] -> [B*S]`` gives the
-result dimension the factors ``(B, S)``), so a split batch still propagates.
+result dimension the factors ``(B, S)``), so a split batch still propagates. They move
+data (no FLOPs; a slice reads only what it writes); on local shards, those whose params
+hold a global shape get the local one, and an iota tiled along its counting dimension adds
+its block's offset.
 """
 
 from __future__ import annotations
 
+from workbench.core.ops.costs import OpCost, moves, tensor_bytes
 from workbench.core.ops.elementwise import is_zero_literal
+from workbench.core.ops.local import bind, local_params, offset, result_shape
 from workbench.core.ops.mapping import MappingBuilder
+from workbench.core.ops.record import BITCAST, LOOP, MOVES, RENAME, Barrier, Traits
 from workbench.core.ops.registry import register
 
+_RELAYOUT = Traits(transparent=True)
 
-@register("broadcast_in_dim")
+
+def _slice_cost(params, operands, results):
+    """A slice reads only what it writes."""
+    return OpCost(0.0, 0.0, 2 * sum(tensor_bytes(r) for r in results))
+
+
+def _slice_local(op, args, ins, outs, mesh):
+    """Limits at the end of a dimension become the local end."""
+    g, loc = ins[0].shape, ins[0].local_shape(mesh)
+    limits = tuple(m if lim == n else lim for lim, n, m in zip(op.params["limit_indices"], g, loc))
+    return bind(op, args, local_params(op, limit_indices=limits))
+
+
+def _iota_local(op, args, ins, outs, mesh):
+    """The local block of the count: the local shape, plus the block's offset where tiled."""
+    layout = outs[0]
+    params = local_params(op, shape=layout.local_shape(mesh))
+    out = op.jax_primitive.bind(**params)
+    d = params["dimension"]
+    if layout.dims[d]:
+        out = out + offset(layout, d, mesh).astype(out.dtype)
+    return [out]
+
+
+@register(
+    "broadcast_in_dim",
+    cost=moves,
+    fusion=LOOP,
+    local=result_shape("shape"),
+    traits=Traits(broadcasts=True),
+)
 def _broadcast_in_dim_rule(params, operands, results):
     x = operands[0]
     (out,) = results
@@ -109,7 +146,7 @@ def _refine(in_shape, out_shape, gi, gj, sizes, blocked, in_dims, out_dims):
             lo = hi
 
 
-@register("reshape")
+@register("reshape", cost=moves, fusion=RENAME, local=result_shape("new_sizes"), traits=_RELAYOUT)
 def _reshape_rule(params, operands, results):
     if params.get("dimensions") not in (None, ()):
         raise ValueError("reshape with a dimension permutation")
@@ -127,7 +164,7 @@ def _reshape_rule(params, operands, results):
     return b.build(linear=((0,),), structural=True)
 
 
-@register("transpose")
+@register("transpose", cost=moves, fusion=MOVES, traits=Traits(transparent=True, permutes=True))
 def _transpose_rule(params, operands, results):
     (x,) = operands
     b = MappingBuilder()
@@ -137,7 +174,7 @@ def _transpose_rule(params, operands, results):
     return b.build(linear=((0,),), structural=True)
 
 
-@register("squeeze")
+@register("squeeze", cost=moves, fusion=RENAME, traits=_RELAYOUT)
 def _squeeze_rule(params, operands, results):
     (x,) = operands
     gone = {d % x.rank for d in params["dimensions"]}
@@ -148,7 +185,7 @@ def _squeeze_rule(params, operands, results):
     return b.build(linear=((0,),), structural=True)
 
 
-@register("rev")
+@register("rev", cost=moves, fusion=MOVES)
 def _rev_rule(params, operands, results):
     (x,) = operands
     b = MappingBuilder()
@@ -158,7 +195,7 @@ def _rev_rule(params, operands, results):
     return b.build(linear=((0,),), structural=True)
 
 
-@register("concatenate")
+@register("concatenate", cost=moves, fusion=MOVES)
 def _concatenate_rule(params, operands, results):
     axis = params["dimension"]
     (out,) = results
@@ -173,7 +210,7 @@ def _concatenate_rule(params, operands, results):
     return b.build(linear=(tuple(range(len(operands))),), structural=True)
 
 
-@register("pad")
+@register("pad", cost=moves, fusion=MOVES)
 def _pad_rule(params, operands, results):
     x, pad_value = operands
     (out,) = results
@@ -194,7 +231,7 @@ def _pad_rule(params, operands, results):
     return b.build(linear=((0,),) if zero else (), structural=zero)
 
 
-@register("slice")
+@register("slice", cost=_slice_cost, fusion=MOVES, local=_slice_local)
 def _slice_rule(params, operands, results):
     (x,) = operands
     (out,) = results
@@ -217,7 +254,7 @@ def _slice_rule(params, operands, results):
     return b.build(linear=((0,),), structural=True)
 
 
-@register("split")
+@register("split", cost=_slice_cost, fusion=MOVES)
 def _split_rule(params, operands, results):
     (x,) = operands
     axis = params["axis"]
@@ -232,7 +269,7 @@ def _split_rule(params, operands, results):
     return b.build(linear=((0,),), structural=True)
 
 
-@register("iota")
+@register("iota", cost=moves, fusion=LOOP, local=_iota_local, traits=Traits(broadcasts=True))
 def _iota_rule(params, operands, results):
     (out,) = results
     b = MappingBuilder()
@@ -240,3 +277,11 @@ def _iota_rule(params, operands, results):
     for extra in operands:
         b.operand([() for _ in extra.shape])
     return b.build()
+
+
+register(
+    "expand_dims",
+    cost=moves,
+    fusion=BITCAST,
+    traits=_RELAYOUT,
+)(Barrier("not a primitive of current JAX (jnp.expand_dims binds broadcast_in_dim or reshape)"))

@@ -9,6 +9,7 @@ prices it.
 
 from __future__ import annotations
 
+from workbench.core import ops
 from workbench.core.gcpause import without_gc
 from workbench.core.layout.collectives import Collective
 from workbench.core.layout.mesh import Mesh
@@ -170,10 +171,10 @@ class Planner:
             n_res = len(op.results)
             region_in = n_res
             region_out = n_outer
+            control = ops.traits(op.primitive).control
             for region in op.regions:
                 saved = self.repeat
-                if op.primitive == "scan":
-                    self.repeat *= int(op.params["length"])
+                self.repeat *= control.trips(op.params)
                 self.open_scope()
                 for k, v in enumerate(region.inputs):
                     self.add(v, results[region_in + k])

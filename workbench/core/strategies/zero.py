@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workbench.core import ops
 from workbench.core.errors import TacticError
 from workbench.core.ir.selectors import exact
 from workbench.core.propagate.tactics import Atomic, Replicate, Tactic, Tile, _check_axis
@@ -41,7 +42,8 @@ def stacked_gradient(program, grad: int | None) -> list[int]:
     while (producer := values[v].producer) is not None:
         op = program.ops[producer]
         if op.regions:  # a scan's stacked per-step outputs follow its carries
-            stacked = op.primitive == "scan" and op.results.index(v) >= op.params["num_carry"]
+            control = ops.traits(op.primitive).control
+            stacked = control is not None and control.stacked(op.params, op.results.index(v))
             return chain if stacked else []
         arrays = [u for u in op.operands if isinstance(u, int)]
         if len(arrays) != 1 or len(op.results) != 1 or (0,) not in program.mapping(op).linear:

@@ -1,0 +1,94 @@
+"""Every primitive the project's own programs capture has a record: the zoo (fast, at its
+tiny size), and in the slow lane the zoo at every preset (what the benchmarks and the course
+notebooks build), the third-party model matrix, and every notebook's own captures."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import warnings
+
+import pytest
+
+import workbench as wb
+from tests.core.zoo import ZOO, program
+from workbench.core import ops
+from workbench.models import ZOO as MODELS
+from workbench.models import build
+
+NOTEBOOKS = pathlib.Path(wb.__file__).parents[1] / "notebooks"
+
+
+def unregistered(primitives) -> list[str]:
+    return sorted(p for p in primitives if ops.record(p) is None)
+
+
+def test_every_primitive_the_zoo_captures_is_registered():
+    for name in ZOO:
+        assert not unregistered(program(name).primitives), name
+
+
+def _capture(fn, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return wb.capture(fn, *args)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_preset_of_the_zoo_is_registered(name):
+    """Every preset (the benchmarks and notebooks build these, with other layer counts and
+    batches), at two layers where the model has layers: the primitives do not depend on it."""
+    for size in MODELS[name].config_cls.PRESETS:
+        config = MODELS[name].config(size)
+        if hasattr(config, "n_layers"):
+            config = config.replace(n_layers=min(config.n_layers, 2))
+        ex = build(name, config, abstract=True)
+        assert not unregistered(_capture(ex.fn, *ex.args).primitives), (name, size)
+
+
+@pytest.mark.slow
+def test_every_primitive_of_the_model_matrix_is_registered():
+    from workbench.models.external import EXTERNAL, build_external
+
+    for name in EXTERNAL:
+        ex = build_external(name, "tiny", abstract=True)
+        assert not unregistered(_capture(ex.fn, *ex.args).primitives), name
+
+
+def _captures_of(notebook: pathlib.Path, monkeypatch) -> set[str]:
+    """The primitives of every program ``notebook`` captures: its code cells run in order up
+    to the last that captures, with ``wb.capture`` watched."""
+    cells = [
+        "".join(c["source"])
+        for c in json.loads(notebook.read_text())["cells"]
+        if c["cell_type"] == "code"
+    ]
+    last = max((i for i, c in enumerate(cells) if "capture(" in c), default=-1)
+    seen: set[str] = set()
+    capture = wb.capture
+
+    def watched(*args, **kwargs):
+        p = capture(*args, **kwargs)
+        seen.update(p.primitives)
+        return p
+
+    monkeypatch.setattr(wb, "capture", watched)
+    monkeypatch.chdir(notebook.parent)
+    namespace = {"__name__": "__notebook__"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for source in cells[: last + 1]:
+            code = "\n".join(
+                line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))
+            )
+            exec(compile(code, str(notebook), "exec"), namespace)
+    return seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("notebook", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.stem)
+def test_every_primitive_a_notebook_captures_is_registered(notebook, monkeypatch):
+    primitives = _captures_of(notebook, monkeypatch)
+    assert primitives, f"{notebook.name} captured nothing"
+    assert not unregistered(primitives), notebook.name
