@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from jax import lax
 
+from workbench.core.estimate.compute import op_time
 from workbench.core.hardware import CPU, H100
 from workbench.core.ops import RULES
-from workbench.core.ops.costs import OpCost, is_known, jaxpr_cost, op_cost, op_time
+from workbench.core.ops.costs import OpCost, is_known, jaxpr_cost, op_cost
 from workbench.core.ops.mapping import TensorType
 
 f32 = jnp.float32

@@ -8,9 +8,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
+from workbench.core.dtypes import is_extended
 from workbench.core.estimate.fusion import FREE, copy_reads
 from workbench.core.estimate.static import PlannedStep
-from workbench.core.ops.costs import OpCost, op_cost, op_time, tensor_bytes
+from workbench.core.ops.costs import OpCost, op_cost, tensor_bytes
 from workbench.core.ops.mapping import TensorType
 
 #: Bytes a cache line holds: a copy that moves contiguous runs this long or longer streams.
@@ -176,3 +179,15 @@ class Compute(PlannedStep):
                 return size, size
             read += layout.local_nbytes(mesh)
         return read, size
+
+
+def op_time(cost: OpCost, hardware, dtype=None) -> float:
+    """Roofline seconds: max((flops + transcendentals) / peak(dtype), bytes / HBM bandwidth).
+
+    One peak per dtype (the matrix unit's): elementwise work really runs on slower
+    vector units, but it is almost always memory-bound, so the max rarely changes.
+    """
+    if is_extended(dtype):  # key arrays: the work is on their uint32 words
+        dtype = np.uint32
+    compute = (cost.flops + cost.transcendentals) / hardware.peak_flops(dtype)
+    return max(compute, cost.bytes_accessed / hardware.hbm_bandwidth)

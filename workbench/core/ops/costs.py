@@ -2,8 +2,8 @@
 
 ``op_cost`` asks the primitive's record (each family module prices its primitives beside
 their rules, by XLA's ``HloCostAnalysis`` conventions: see README.md); an unknown primitive
-costs no FLOPs and the bytes of its operands and results. ``jaxpr_cost`` sums a jaxpr,
-``op_time`` is the roofline. The builders here (``PerElement``, ``moves``, ``free``) and
+costs no FLOPs and the bytes of its operands and results. ``jaxpr_cost`` sums a jaxpr
+(the roofline, ``op_time``, is the simulator's: ``estimate.compute``). The builders here (``PerElement``, ``moves``, ``free``) and
 the sizes (``elements``, ``io_bytes``, ``tensor_bytes``) are what the families price with.
 """
 
@@ -13,9 +13,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from workbench.core.dtypes import is_extended
 from workbench.core.dtypes import itemsize as dtype_itemsize
 from workbench.core.ops.mapping import TensorType
 from workbench.core.ops.registry import RECORDS
@@ -56,18 +53,6 @@ def op_cost(
     if record is None:
         return OpCost(0.0, 0.0, io_bytes(operands, results))
     return record.cost(params or {}, list(operands), list(results))
-
-
-def op_time(cost: OpCost, hardware, dtype=None) -> float:
-    """Roofline seconds: max((flops + transcendentals) / peak(dtype), bytes / HBM bandwidth).
-
-    One peak per dtype (the matrix unit's): elementwise work really runs on slower
-    vector units, but it is almost always memory-bound, so the max rarely changes.
-    """
-    if is_extended(dtype):  # key arrays: the work is on their uint32 words
-        dtype = np.uint32
-    compute = (cost.flops + cost.transcendentals) / hardware.peak_flops(dtype)
-    return max(compute, cost.bytes_accessed / hardware.hbm_bandwidth)
 
 
 def is_known(primitive: str) -> bool:
