@@ -1,10 +1,10 @@
 """Every primitive the project's own programs capture has a record: the zoo (fast, at its
 tiny size), and in the slow lane the zoo at every preset (what the benchmarks and the course
-notebooks build), the third-party model matrix, and every notebook's own captures."""
+notebooks build) and the third-party model matrix. Each notebook's own captures are checked
+as it runs (tests/notebooks/test_notebooks.py)."""
 
 from __future__ import annotations
 
-import json
 import pathlib
 import warnings
 
@@ -54,41 +54,3 @@ def test_every_primitive_of_the_model_matrix_is_registered():
     for name in EXTERNAL:
         ex = build_external(name, "tiny", abstract=True)
         assert not unregistered(_capture(ex.fn, *ex.args).primitives), name
-
-
-def _captures_of(notebook: pathlib.Path, monkeypatch) -> set[str]:
-    """The primitives of every program ``notebook`` captures: its code cells run in order up
-    to the last that captures, with ``wb.capture`` watched."""
-    cells = [
-        "".join(c["source"])
-        for c in json.loads(notebook.read_text())["cells"]
-        if c["cell_type"] == "code"
-    ]
-    last = max((i for i, c in enumerate(cells) if "capture(" in c), default=-1)
-    seen: set[str] = set()
-    capture = wb.capture
-
-    def watched(*args, **kwargs):
-        p = capture(*args, **kwargs)
-        seen.update(p.primitives)
-        return p
-
-    monkeypatch.setattr(wb, "capture", watched)
-    monkeypatch.chdir(notebook.parent)
-    namespace = {"__name__": "__notebook__"}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for source in cells[: last + 1]:
-            code = "\n".join(
-                line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))
-            )
-            exec(compile(code, str(notebook), "exec"), namespace)
-    return seen
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("notebook", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.stem)
-def test_every_primitive_a_notebook_captures_is_registered(notebook, monkeypatch):
-    primitives = _captures_of(notebook, monkeypatch)
-    assert primitives, f"{notebook.name} captured nothing"
-    assert not unregistered(primitives), notebook.name
