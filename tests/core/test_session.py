@@ -195,7 +195,10 @@ def _parts_one_by_one(program, mesh, schedule):
     return s
 
 
-@pytest.mark.parametrize("model", ["mlp", "lm", "lm_scan", "gnn", "hf_gpt2", "hf_llama"])
+@pytest.mark.parametrize(
+    "model",
+    ["mlp", "lm", "lm_scan", "gnn", pytest.param("hf_gpt2", marks=pytest.mark.slow), "hf_llama"],
+)
 def test_a_composite_equals_its_parts_applied_one_by_one(model):
     """A composite costs what it changes (each part's propagation restarts from what that
     part wrote), and decides exactly what the schedule of its parts decides."""

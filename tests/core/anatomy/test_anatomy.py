@@ -137,12 +137,16 @@ def footprint(program, session):
 @pytest.mark.parametrize(
     "model, schedule",
     [
-        ("lm", [wb.BP("batch"), wb.MP("model"), wb.Z3("batch")]),
+        pytest.param(
+            "lm", [wb.BP("batch"), wb.MP("model"), wb.Z3("batch")], marks=pytest.mark.slow
+        ),  # seconds: full suite only
         ("lm", [wb.EMB("model")]),
         ("lm", [wb.Z2("batch"), wb.MQ("model")]),
         ("lm_scan", [wb.BP("batch"), wb.MP("model"), wb.Z3("batch")]),
         ("mlp", [wb.BP("batch"), wb.Z3("model")]),
-        ("cnn", [wb.BP("batch"), wb.Z3("model")]),
+        pytest.param(
+            "cnn", [wb.BP("batch"), wb.Z3("model")], marks=pytest.mark.slow
+        ),  # seconds: full suite only
         ("gnn", [wb.BP("batch"), wb.Z2("model")]),
     ],
     ids=str,

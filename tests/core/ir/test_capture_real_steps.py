@@ -77,6 +77,7 @@ def dropout_step(params, batch, key):
     return {"params": sgd(params, grads), "key": key, "loss": loss}
 
 
+@pytest.mark.slow  # seconds: in the full suite, not the fast lane
 def test_dropout_with_a_typed_key_input():
     program = wb.capture(dropout_step, PARAMS, BATCH, jax.random.key(0))
     assert str(program.value("key").dtype) == "key<fry>" and program.value("key").nbytes == 8
@@ -99,6 +100,7 @@ def test_key_arrays_copy_to_the_host_and_back():
     assert (jax.random.key_data(copy) == jax.random.key_data(keys)).all()
 
 
+@pytest.mark.slow  # seconds: in the full suite, not the fast lane
 def test_random_bits_tiled_on_two_axes_in_every_width():
     def noisy(x, key):
         k8, k16, k32 = jax.random.split(key, 3)
@@ -114,6 +116,7 @@ def test_random_bits_tiled_on_two_axes_in_every_width():
     check(s, "explicit", "constrained")
 
 
+@pytest.mark.slow  # seconds: in the full suite, not the fast lane
 def test_a_key_planned_without_arrays_runs_on_random_keys():
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), (PARAMS, BATCH))
     key = jax.ShapeDtypeStruct((), jax.random.key(0, impl="rbg").dtype)
@@ -129,6 +132,7 @@ def test_dropout_with_a_raw_key_input():
     check(data_parallel(program))
 
 
+@pytest.mark.slow  # seconds: in the full suite, not the fast lane
 def test_keys_made_inside_the_step():
     def step(params, batch, step):
         typed = jax.random.fold_in(jax.random.key(42), step)
@@ -142,6 +146,7 @@ def test_keys_made_inside_the_step():
     check(data_parallel(program), "explicit", "constrained")
 
 
+@pytest.mark.slow  # seconds: in the full suite, not the fast lane
 def test_per_example_keys_tiled_with_the_batch():
     def step(params, batch, keys):
         mask = jax.vmap(lambda k: dropout(k, (32,)))(keys)
@@ -189,6 +194,7 @@ def test_rbg_as_the_default_implementation():
     assert result.notes
 
 
+@pytest.mark.slow  # seconds: in the full suite, not the fast lane
 def test_threefry_bits_without_partitionable_are_generated_whole():
     with jax.threefry_partitionable(False):
         program = wb.capture(dropout_step, PARAMS, BATCH, jax.random.key(0))
@@ -218,6 +224,7 @@ def test_unknown_primitive_on_keys_warns_and_is_a_barrier():
 
 
 # -- optimizers -----------------------------------------------------------------------------------
+@pytest.mark.slow  # seconds: in the full suite, not the fast lane
 def test_optax_adamw_schedule_clipping_multisteps_and_masked_decay():
     schedule = optax.warmup_cosine_decay_schedule(0.0, 1e-2, warmup_steps=10, decay_steps=100)
     decay_mask = jax.tree.map(lambda p: p.ndim > 1, PARAMS)  # no weight decay on biases
@@ -306,6 +313,7 @@ def test_bf16_compute_with_f32_master_weights():
     check(data_parallel(program, mesh=MIXED), "explicit", "constrained")
 
 
+@pytest.mark.slow  # seconds: in the full suite, not the fast lane
 def test_remat_custom_vjp_scan_and_cond():
     @jax.custom_vjp
     def clip_gradient(x):
