@@ -202,7 +202,7 @@ def test_nothing_outside_ir_writes_into_a_program():
 
 
 def test_a_programs_derived_facts_live_in_its_cache():
-    program = wb.capture(*_tiny_mlp())
+    program = wb.capture(*_zoo_mlp())
     own = set(vars(program))
     s = wb.Session(program, wb.Mesh({"batch": 2}), [wb.BP("batch")])
     s.estimate(wb.hardware.H100)
@@ -215,7 +215,7 @@ def test_a_programs_derived_facts_live_in_its_cache():
     assert not program.cache.keys()
 
 
-def _tiny_mlp():
+def _zoo_mlp():
     from workbench.models import build
 
     ex = build("mlp", "tiny", abstract=True)
@@ -228,7 +228,7 @@ def test_one_clear_caches_empties_every_process_cache():
     from workbench.core.layout import redistribute, sharding
     from workbench.core.plan import op_layout as plan
 
-    program = wb.capture(*_tiny_mlp())
+    program = wb.capture(*_zoo_mlp())
     s = wb.Session(program, wb.Mesh({"batch": 2, "model": 2}), [wb.BP("batch"), wb.Z3("model")])
     s.estimate(wb.hardware.H100)
     compile_glob("params/*")

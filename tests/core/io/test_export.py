@@ -131,6 +131,9 @@ def test_json_loading_takes_data_only(tmp_path, schedule, message):
     path.write_text("{not json")
     with pytest.raises(WorkbenchError, match="cannot read strategy file"):
         wb.Session.load(program, path)
+    path.write_bytes(b'{"format": "\xff\xfe"}')  # not UTF-8: the CLI's reader says so too
+    with pytest.raises(WorkbenchError, match=r"cannot read strategy file.*utf-8"):
+        wb.Session.load(program, path)
 
 
 EVIL = "w'], dim=0, axis='batch')\nimport builtins; builtins.PWNED = True\n#\"\"\"\n"

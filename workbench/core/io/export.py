@@ -246,6 +246,6 @@ def read(path) -> tuple[Mesh, list]:
     """The mesh and schedule a JSON strategy file holds (``Session.load`` builds the session)."""
     try:
         data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise WorkbenchError(f"cannot read strategy file {str(path)!r}: {err}") from err
     return tactics_from_json(data)

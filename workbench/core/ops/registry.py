@@ -28,7 +28,22 @@ from workbench.core.ops.record import (
 )
 
 RECORDS: dict[str, Record] = {}
-RULES: dict[str, Rule] = {}  # primitive -> its rule (the records' rules, for lookups)
+
+
+class _Rules(Mapping):
+    """Primitive -> its rule: a read-only view of the records' rules."""
+
+    def __getitem__(self, primitive: str) -> Rule:
+        return RECORDS[primitive].rule
+
+    def __iter__(self):
+        return iter(RECORDS)
+
+    def __len__(self) -> int:
+        return len(RECORDS)
+
+
+RULES: Mapping[str, Rule] = _Rules()
 _warned: set[str] = set()
 
 
@@ -50,7 +65,6 @@ def register(
             if name in RECORDS:
                 raise ValueError(f"primitive {name!r} already has a record: {RECORDS[name]}")
             RECORDS[name] = Record(name, family, rule, cost, fusion, local, traits)
-            RULES[name] = rule
         return rule
 
     return wrap
