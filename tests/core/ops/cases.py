@@ -78,6 +78,9 @@ CASES = {
     "slice": (lambda x: x[:, 1:3], (a(2, 4),)),
     "iota": (lambda: lax.broadcasted_iota(jnp.int32, (4, 8), 1), ()),
     "split": (lambda x: jnp.split(x, 2, axis=1), (a(2, 4),)),
+    "tile": (lambda x: jnp.tile(x, (3, 1)), (a(2, 4),)),
+    "tile/cls_token": (lambda c: jnp.tile(c, (4, 1, 1)), (a(1, 1, 8),)),
+    "le_to": (lambda x, y: lax.le_to_p.bind(x, y), (a(2, 4), a(2, 4))),
     # indexing
     "dynamic_slice": (
         lambda x, i: lax.dynamic_slice_in_dim(x, i, 2, axis=1),

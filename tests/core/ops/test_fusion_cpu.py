@@ -127,6 +127,10 @@ BINARY |= {
     for n in ("shift_left", "shift_right_arithmetic", "shift_right_logical")
 }
 BINARY["complex"] = lambda x, y: (lax.complex(x, y) * lax.complex(y, x)).real
+BINARY |= {  # the total-order comparisons of sorting, as numbers
+    n: (lambda p: lambda x, y: p.bind(x, y).astype(jnp.float32))(getattr(lax, n + "_p"))
+    for n in ("eq_to", "le_to", "lt_to")
+}
 DECIDED = {n: (g, (X,)) for n, g in UNARY.items()} | {n: (g, (X, Y)) for n, g in BINARY.items()}
 
 
@@ -142,6 +146,13 @@ def test_decided_elementwise_classes_match_xla_cpu(name):
         assert computed_once(g, *args) == fusion.expensive, name
     elif fusion.loop:  # the tables' class is kept; XLA:CPU recomputes it in each reader
         assert fusion.expensive and not computed_once(g, *args)
+
+
+@pytest.mark.slow
+def test_tile_fuses_into_the_loop_kernel_that_reads_it():
+    fusion = ops.record("tile").fusion.cpu
+    assert fusion.loop and fusion.why
+    assert one_loop_kernel(lambda x: jnp.tile(x * 2.0, (2, 1)) + 1.0, X)
 
 
 VANISHING = {

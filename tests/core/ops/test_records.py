@@ -113,7 +113,7 @@ def test_traits_replace_the_old_lists():
     assert having("constraint") == {"sharding_constraint"} and having("cast") == {
         "convert_element_type"
     }
-    assert having("broadcasts") == {"broadcast_in_dim", "iota"} and having("permutes") == {
+    assert having("broadcasts") == {"broadcast_in_dim", "iota", "tile"} and having("permutes") == {
         "transpose"
     }
 

@@ -73,7 +73,8 @@ TABLE_DEAR = replace(EXPENSIVE, why="the tables' class; XLA:CPU recomputes it in
 VANISHES = replace(RENAME, why=_XLA + "compiles it to nothing inside jit, like a rename")
 
 # name: (flops, transcendentals) per element, CPU fusion. Arithmetic is (1, 0), XLA's
-# transcendental opcodes (0, 1); the rest are XLA:CPU's counts of their expansion.
+# transcendental opcodes (0, 1); the rest are XLA:CPU's counts of their expansion (the
+# total-order comparisons ``*_to`` of sorting and searchsorted: 9, a compare of bit patterns).
 UNARY_TABLE = {
     "abs": (1, 0, LOOP), "acos": (3, 2, DEAR), "acosh": (7, 4, DEAR), "asin": (5, 2, DEAR),
     "asinh": (11, 3, DEAR), "atan": (0, 1, DEAR), "atanh": (6, 2, DEAR),
@@ -90,8 +91,9 @@ UNARY_TABLE = {
 }  # fmt: skip
 BINARY_TABLE = {
     "and": (1, 0, LOOP), "atan2": (0, 1, DEAR), "clamp": (1, 0, LOOP), "complex": (1, 0, CHEAP),
-    "eq": (1, 0, LOOP), "ge": (1, 0, LOOP), "gt": (1, 0, LOOP), "igamma": (268, 6, LOOPS),
-    "igammac": (268, 6, LOOPS), "le": (1, 0, LOOP), "lt": (1, 0, LOOP), "max": (1, 0, LOOP),
+    "eq": (1, 0, LOOP), "eq_to": (9, 0, CHEAP), "ge": (1, 0, LOOP), "gt": (1, 0, LOOP),
+    "igamma": (268, 6, LOOPS), "igammac": (268, 6, LOOPS), "le": (1, 0, LOOP),
+    "le_to": (9, 0, CHEAP), "lt": (1, 0, LOOP), "lt_to": (9, 0, CHEAP), "max": (1, 0, LOOP),
     "min": (1, 0, LOOP), "ne": (1, 0, LOOP), "nextafter": (23, 0, CHEAP), "or": (1, 0, LOOP),
     "pow": (0, 1, EXPENSIVE), "rem": (1, 0, DEAR), "shift_left": (1, 0, CHEAP),
     "shift_right_arithmetic": (1, 0, CHEAP), "shift_right_logical": (1, 0, CHEAP),

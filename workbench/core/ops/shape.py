@@ -1,5 +1,5 @@
-"""Ops that move data between dimensions: broadcast, reshape, transpose, squeeze, reverse,
-concatenate, pad, slice, split, iota.
+"""Ops that move data between dimensions: broadcast, tile, reshape, transpose, squeeze,
+reverse, concatenate, pad, slice, split, iota.
 
 A reshape maps each dimension to several factors (a merge ``[B, S] -> [B*S]`` gives the
 result dimension the factors ``(B, S)``), so a split batch still propagates. They move
@@ -9,6 +9,8 @@ its block's offset.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from workbench.core.ops.costs import OpCost, moves, tensor_bytes
 from workbench.core.ops.elementwise import is_zero_literal
@@ -70,6 +72,38 @@ def _broadcast_in_dim_rule(params, operands, results):
     for extra in operands[1:]:  # dynamic shape operands
         b.operand([() for _ in extra.shape])
     b.result(out_dims)
+    return b.build(linear=((0,),), structural=True)
+
+
+def _tile_local(op, args, ins, outs, mesh):
+    """Each local block of a tiled dimension repeats the local operand block a whole number
+    of times: the ratio of the local result and operand sizes."""
+    reps = tuple(o // i for o, i in zip(outs[0].local_shape(mesh), ins[0].local_shape(mesh)))
+    return bind(op, args, local_params(op, reps=reps))
+
+
+@register(
+    "tile",
+    cost=moves,
+    fusion=replace(LOOP, why="not in the simulator's tables before; XLA:CPU compiles it to a "
+                   "broadcast and a bitcast fused into the loop kernels that read it"),
+    local=_tile_local,
+    traits=Traits(broadcasts=True),
+)  # fmt: skip
+def _tile_rule(params, operands, results):
+    """A dimension repeated ``r`` times is the factors (r, n), major to minor: the copy, then
+    the operand's own index (a size-1 operand dimension gives the copies alone, as the cls
+    token of a ViT tiled over the batch)."""
+    (x,) = operands
+    b = MappingBuilder()
+    ins, outs = [], []
+    for n, r in zip(x.shape, params["reps"]):
+        own = (b.factor(n),) if n != 1 else ()
+        copies = (b.factor(r),) if r != 1 else ()
+        ins.append(own)
+        outs.append(copies + own)
+    b.operand(ins)
+    b.result(outs)
     return b.build(linear=((0,),), structural=True)
 
 
