@@ -23,6 +23,14 @@ class TacticError(WorkbenchError):
     """A tactic cannot be applied to the values it selects."""
 
 
+class LeftWhole(TacticError):
+    """A tactic left a value it targets whole on its axis, and the session (or the tactic) is strict."""
+
+
+class NothingTiled(LeftWhole):
+    """A named strategy tiled nothing: no value it targets got its axis."""
+
+
 class UnknownValueError(WorkbenchError):
     """A value name that the program does not have."""
 

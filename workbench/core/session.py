@@ -12,7 +12,17 @@ from workbench.core.ir.program import Program
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.sharding import Sharding
 from workbench.core.layout.state import State
-from workbench.core.propagate.explain import ConflictReport, Event, Why, events, report, why
+from workbench.core.propagate.explain import (
+    ConflictReport,
+    Event,
+    Why,
+    events,
+    report,
+    why,
+)
+from workbench.core.propagate.explain import (
+    notes as step_notes,
+)
 from workbench.core.propagate.tactics import Tactic, apply_tactic
 
 
@@ -40,16 +50,25 @@ class Session:
     """A mutable handle over immutable states: ``apply`` adds one, ``undo``/``redo`` move along.
 
     ``apply`` is all-or-nothing: on error it raises a ``WorkbenchError`` and the session is
-    exactly as before.
+    exactly as before. A tactic that leaves a value it targets whole says so in its step's
+    notes (``notes``); with ``strict`` such a note is an error (``LeftWhole``) instead.
     """
 
-    def __init__(self, program: Program, mesh: Mesh | dict, schedule: Iterable[Tactic] = ()):
+    def __init__(
+        self,
+        program: Program,
+        mesh: Mesh | dict,
+        schedule: Iterable[Tactic] = (),
+        *,
+        strict: bool = False,
+    ):
         if not isinstance(program, Program):
             raise WorkbenchError(
                 f"Session needs a Program from workbench.capture(fn, *args); got {type(program).__name__}."
             )
         self.program = program
         self.mesh = mesh if isinstance(mesh, Mesh) else Mesh(mesh)
+        self.strict = strict
         self._states: list[State] = [State.initial(program)]
         self._cursor = 0
         for tactic in schedule:
@@ -75,7 +94,7 @@ class Session:
         return self._states[-1].schedule[self._cursor :]
 
     def apply(self, tactic: Tactic) -> Session:
-        new = apply_tactic(self.program, self.mesh, self.state, tactic)
+        new = apply_tactic(self.program, self.mesh, self.state, tactic, strict=self.strict)
         dropped = self._states[self._cursor + 1 :]
         del self._states[self._cursor + 1 :]
         self._states.append(new)
@@ -148,6 +167,14 @@ class Session:
         if state not in cache:
             cache[state] = events(self.program, state)
         return cache[state]
+
+    def notes(self, step: int | None = None) -> tuple[str, ...]:
+        """What the tactic of ``step`` (default: the current step) could not do: each value
+        it targets that it left whole on its axis, and why."""
+        step = self._cursor if step is None else step
+        if step == 0:
+            return ()
+        return step_notes(self.program, self.state_at(step), step - 1)
 
     @property
     def conflicts(self) -> list[ConflictReport]:
@@ -326,7 +353,12 @@ class Session:
         lines = [
             f"Session({self.program.name!r}, {self.mesh}, step {self._cursor}/{len(self._states) - 1})"
         ]
-        lines += [f"  #{i} {t}" for i, t in enumerate(self.history)]
+        for i, t in enumerate(self.history):
+            lines.append(f"  #{i} {t}")
+            said = step_notes(self.program, self.state, i)
+            lines += [f"      left whole: {n}" for n in said[:3]]
+            if len(said) > 3:
+                lines.append(f"      ... and {len(said) - 3} more (session.notes({i + 1}))")
         if self.state.conflicts:
             lines.append(f"  {len(self.state.conflicts)} conflicts")
         return "\n".join(lines)

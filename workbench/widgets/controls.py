@@ -15,6 +15,7 @@ from workbench.core.propagate.tactics import Atomic, Replicate, Tile
 from workbench.core.search.tree import Auto
 from workbench.core.strategies.named import STRATEGIES, conventional_axis, suggested_axis
 from workbench.core.units import format_bytes, format_seconds
+from workbench.widgets.render import notes
 
 SUGGESTED = "suggested"
 OFFERED = 50  # value names a name field offers at a time
@@ -206,13 +207,16 @@ class AutoPanel:
 
 
 class HistoryPanel:
-    """The schedule as a list of steps; selecting one jumps there."""
+    """The schedule as a list of steps; selecting one jumps there. A step that left values
+    it targets whole says how many; below the list, what the current step could not do."""
 
     def __init__(self, bench):
         self.bench = bench
         self.steps = w.Select(options=[("0 · nothing applied", 0)], value=0, rows=8)
         self.steps.layout.width = "360px"
         self.steps.add_class("wb-history")
+        self.notes = w.HTML()
+        self.notes.add_class("wb-notes")
         self.undo = button("Undo", "wb-undo", "go back one step")
         self.redo = button("Redo", "wb-redo", "re-apply the step undone last")
         self.reset = button("Reset", "wb-reset", "back to nothing applied (redo replays)")
@@ -222,7 +226,12 @@ class HistoryPanel:
         self._syncing = False
         self.steps.observe(self._picked, "value")
         self.box = w.VBox(
-            [heading("Schedule"), self.steps, w.HBox([self.undo, self.redo, self.reset])]
+            [
+                heading("Schedule"),
+                self.steps,
+                self.notes,
+                w.HBox([self.undo, self.redo, self.reset]),
+            ]
         )
 
     def _picked(self, change) -> None:
@@ -233,10 +242,17 @@ class HistoryPanel:
     def update(self, session) -> None:
         total = session.step + len(session.redo_stack)
         final = session.state_at(total).schedule
+        said = [session.notes(i + 1) for i in range(total)]
         options = [("0 · nothing applied", 0)] + [
-            (f"{i + 1} · {t}" + ("   (undone)" if i >= session.step else ""), i + 1)
+            (
+                f"{i + 1} · {t}"
+                + (f"   ({len(said[i])} left whole)" if said[i] else "")
+                + ("   (undone)" if i >= session.step else ""),
+                i + 1,
+            )
             for i, t in enumerate(final)
         ]
+        self.notes.value = notes(session.step, said[session.step - 1] if session.step else ())
         self._syncing = True
         try:
             self.steps.options = options

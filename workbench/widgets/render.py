@@ -13,6 +13,7 @@ from workbench.core.units import format_bytes, format_seconds
 
 ERROR_STYLE = "color:#b00020;white-space:pre-wrap;font-family:monospace"
 MUTED = "color:#666"
+SHOWN = 12  # notes of a step listed under the schedule; the rest counted
 
 
 def esc(x) -> str:
@@ -33,6 +34,21 @@ def status(session) -> str:
     if changed := len(session.state.changed) if session.step else 0:
         text += f' · <span style="{MUTED}">{changed} values changed</span>'
     return text
+
+
+def notes(step: int, said) -> str:
+    """What step ``step`` could not do, as core said it (``Session.notes``): empty when
+    it did all it targeted."""
+    if not said:
+        return ""
+    items = "".join(f"<li>{esc(n)}</li>" for n in said[:SHOWN])
+    if len(said) > SHOWN:
+        items += f"<li>... and {len(said) - SHOWN} more (Session.notes({step}))</li>"
+    return (
+        f'<div style="color:#8a5300;font-size:12px"><b>step {step} left {len(said)} '
+        f"value{'s' * (len(said) != 1)} it targets whole:</b>"
+        f'<ul style="margin:2px 0 0 16px;padding:0">{items}</ul></div>'
+    )
 
 
 def header(session, hardware) -> str:

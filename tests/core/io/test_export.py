@@ -75,7 +75,13 @@ def test_json_strategies_round_trip(tmp_path):
     path = s.save(tmp_path / "strategy.json")
     data = json.loads(path.read_text())
     assert data["format"] == "workbench-strategy/1" and data["mesh"] == {"batch": 2, "model": 4}
-    assert data["schedule"][0] == {"tactic": "BP", "axis": "batch", "inputs": None, "dim": None}
+    assert data["schedule"][0] == {
+        "tactic": "BP",
+        "axis": "batch",
+        "inputs": None,
+        "dim": None,
+        "strict": False,
+    }
     again = wb.Session.load(program, path)
     assert dict(again.state.shardings) == dict(s.state.shardings)
 

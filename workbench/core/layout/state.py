@@ -64,6 +64,20 @@ class Pin:
     part: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Note:
+    """What tactic ``tactic`` could not do: ``value``, which it targets, stays whole on
+    ``axis``, for ``reason`` (in names). ``value`` is None when a selector of it selected
+    nothing; ``size`` is the dim's size the axis does not divide, ``what`` the dim's role."""
+
+    value: int | None
+    axis: str
+    tactic: int
+    reason: str
+    size: int | None = None
+    what: str = ""
+
+
 @dataclass(frozen=True, eq=False)
 class State:
     """One snapshot: what the schedule so far decided. Never mutated; tactics make new ones."""
@@ -73,6 +87,7 @@ class State:
     conflicts: tuple[Conflict, ...] = ()
     schedule: tuple[Any, ...] = ()  # the tactics applied, in order
     changed: frozenset[int] = frozenset()  # values the last tactic changed
+    notes: tuple[Note, ...] = ()  # what each tactic of the schedule could not do, in order
     events: tuple[Provenance | Conflict | Pin, ...] = field(
         default=(), repr=False
     )  # the last tactic's decisions, pins and conflicts, in the order propagation made them

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import gcd
 
+from workbench.core.errors import NothingTiled
 from workbench.core.layout.sharding import Sharding
-from workbench.core.layout.state import Conflict, Pin, Provenance, State
+from workbench.core.layout.state import Conflict, Note, Pin, Provenance, State
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +54,13 @@ class Why:
     value: str
     sharding: Sharding
     traces: tuple[Trace, ...]
+    notes: tuple[str, ...] = ()  # the tactics that target it but left it whole, and why
 
     def __str__(self) -> str:
+        lines = [f"{self.value}: {self.sharding}"] + [str(t) for t in self.traces]
         if not self.traces:
-            return (
-                f"{self.value}: {self.sharding}\n  replicated on every axis: no tactic reached it."
-            )
-        return f"{self.value}: {self.sharding}\n" + "\n".join(str(t) for t in self.traces)
+            lines.append("  replicated on every axis: no tactic reached it.")
+        return "\n".join(lines + [f"  {n}" for n in self.notes])
 
     def _repr_pretty_(self, printer, cycle):
         printer.text(str(self))
@@ -111,7 +113,55 @@ def why(program, state: State, vid: int) -> Why:
         traces.append(Trace(axis, "replicated", None, "kept whole by a Replicate tactic", ()))
     for axis in sorted(s.atomic):
         traces.append(Trace(axis, "atomic", None, "frozen by an Atomic tactic", ()))
-    return Why(program.values[vid].name, s, tuple(traces))
+    notes = tuple(
+        f"{n.axis} left whole by tactic #{n.tactic} {_tactic(state, n.tactic)}: {n.reason}"
+        for n in state.notes
+        if n.value == vid
+    )
+    return Why(program.values[vid].name, s, tuple(traces), notes)
+
+
+def _tactic(state: State, i: int) -> str:
+    return str(state.schedule[i]) if i < len(state.schedule) else "?"
+
+
+def note_text(program, note: Note) -> str:
+    """One note in names: what stays whole on which axis, and why."""
+    if note.value is None:
+        return f"on {note.axis!r}: {note.reason}"
+    return f"{program.values[note.value].name} stays whole on {note.axis!r}: {note.reason}"
+
+
+def notes(program, state: State, tactic: int) -> tuple[str, ...]:
+    """What tactic ``tactic`` of the schedule could not do, one line per value it left whole."""
+    return tuple(note_text(program, n) for n in state.notes if n.tactic == tactic)
+
+
+def nothing_tiled(program, mesh, tactic, notes: list[Note]) -> NothingTiled:
+    """The error of a strategy none of whose targets got its axis: why, and what would work."""
+    axis, n = tactic.axis, mesh.axis_size(tactic.axis)
+    sizes = sorted({x.size for x in notes if x.size})
+    whats = {x.what for x in notes}
+    if sizes and len(whats) == 1 and all(x.size for x in notes):
+        what = whats.pop() or "targeted"
+        g = 0
+        for size in sizes:
+            g = gcd(g, size)
+        fits = [k for k in range(1, g + 1) if g % k == 0]
+        listed = ", ".join(map(str, fits[:-1])) + (" or " if len(fits) > 1 else "")
+        fit = f"of size {listed}{fits[-1]}" if len(fits) <= 6 else f"whose size divides {g}"
+        return NothingTiled(
+            f"{tactic} tiles nothing: the {n}-way axis {axis!r} does not divide the {what} "
+            f"dimension ({', '.join(map(str, sizes))}); use an axis {fit}, a {what} "
+            f"dimension that is a multiple of {n}, or tile another dimension."
+        )
+    reasons = list(dict.fromkeys(note_text(program, x) for x in notes))
+    more = f"; ... and {len(reasons) - 3} more" if len(reasons) > 3 else ""
+    return NothingTiled(
+        f"{tactic} tiles nothing: " + "; ".join(reasons[:3]) + more + ". Fix what these say, "
+        f"use a mesh axis whose size ({n} now) divides the sizes they name, or tile another "
+        "dimension."
+    )
 
 
 def _part_text(state: State, record) -> str:

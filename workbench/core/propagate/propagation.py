@@ -116,6 +116,7 @@ class Propagator:
         self.fresh: set[int] = set()  # written since the last settle: where it restarts
         self.events: list[Provenance | Conflict | Pin] = []  # in the order they happen
         self.parts: dict[int, tuple] = dict(state.parts)
+        self.notes: list = list(state.notes)  # what the tactics could not do (``Note``)
         self.part: int | None = None  # the composite's part being seeded
         self.nbytes = [v.nbytes for v in program.values]
         self.outputs = {v for v in program.outputs if isinstance(v, int)}
@@ -396,6 +397,7 @@ class Propagator:
             conflicts=tuple(self.conflicts.values()),
             schedule=self.schedule,
             changed=frozenset(self.changed),
+            notes=tuple(self.notes),
             events=tuple(self.events),
             parts=MappingProxyType(self.parts),
         )

@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from workbench.core.errors import TacticError, WorkbenchError, closest_names
+from workbench.core.errors import LeftWhole, TacticError, WorkbenchError, closest_names
 from workbench.core.gcpause import without_gc
 from workbench.core.ir.selectors import Selector, select
 from workbench.core.layout.mesh import Mesh
-from workbench.core.layout.state import State
+from workbench.core.layout.state import Note, Provenance, State
+from workbench.core.propagate.explain import note_text, nothing_tiled
 from workbench.core.propagate.propagation import Propagator
 
 
@@ -182,10 +183,42 @@ class Atomic(Tactic):
 PRIMITIVE_TACTICS = (Tile, Replicate, Atomic)
 
 
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A value a composite tactic targets on its axis; ``reason`` why none of its parts
+    tiles it ("" when one does), ``size`` the dim's size the axis does not divide and
+    ``what`` the dim's role. ``value`` None: a selector of it selected nothing."""
+
+    value: int | None
+    reason: str = ""
+    size: int | None = None
+    what: str = ""
+
+
+class Expansion(list):
+    """A composite's parts, with the values it targets (``targets``): those left whole on
+    its axis once it is applied become the step's notes. Adding keeps the targets."""
+
+    def __init__(self, parts=(), targets=()):
+        super().__init__(parts)
+        self.targets = list(targets)
+
+    def __add__(self, other):
+        return Expansion([*self, *other], [*self.targets, *getattr(other, "targets", ())])
+
+    def __radd__(self, other):
+        return Expansion([*other, *self], [*getattr(other, "targets", ()), *self.targets])
+
+
 @without_gc
-def apply_tactic(program, mesh: Mesh, state: State, tactic: Tactic) -> State:
+def apply_tactic(
+    program, mesh: Mesh, state: State, tactic: Tactic, *, strict: bool = False
+) -> State:
     """The state after ``tactic``: its seeds, then propagation to a fixed point on every axis.
 
+    Each value a composite targets that stays whole on its axis is noted (``State.notes``);
+    a strategy that tiles nothing raises ``NothingTiled``, and with ``strict`` (or the
+    tactic's own ``strict``) any note raises ``LeftWhole``.
     Pure: ``state`` is never modified, so on error the caller still holds it unchanged.
     """
     if not isinstance(tactic, Tactic):
@@ -195,15 +228,18 @@ def apply_tactic(program, mesh: Mesh, state: State, tactic: Tactic) -> State:
         )
     schedule = (*state.schedule, tactic)
     prop = Propagator(program, mesh, state, tactic=len(state.schedule), schedule=schedule)
+    expanded: list[tuple[Tactic, list[Target]]] = []  # each composite, and what it targets
 
-    def run(t: Tactic) -> None:
+    def run(t: Tactic, now: State | None = None) -> None:
         if isinstance(t, PRIMITIVE_TACTICS):
             if t is not tactic:
                 prop.begin_part(t)
             t.seed(prop, mesh)
             prop.settle(t.axis)
         else:
-            for sub in t.expand(program, mesh, prop.state()):
+            subs = t.expand(program, mesh, prop.state() if now is None else now)
+            expanded.append((t, getattr(subs, "targets", [])))
+            for sub in subs:
                 run(sub)
 
     if isinstance(tactic, PRIMITIVE_TACTICS):
@@ -217,13 +253,42 @@ def apply_tactic(program, mesh: Mesh, state: State, tactic: Tactic) -> State:
                 sub.seed(prop, mesh)
             prop.settle(subs[0].axis if subs else None)  # every axis, to a fixed point
         else:
-            for sub in tactic.expand(program, mesh, state):
-                run(sub)
+            run(tactic, state)  # the state itself: a search keeps its decisions per state
+        _note(program, mesh, prop, expanded, strict or getattr(tactic, "strict", False))
     except WorkbenchError as err:  # say which tactic the user wrote, then what it ran into
         if str(err).startswith(str(tactic)):
             raise
         raise _within(tactic, err) from err
     return prop.state()
+
+
+def _note(program, mesh: Mesh, prop: Propagator, expanded, strict: bool) -> None:
+    """Note each targeted value left whole on its composite's axis; raise when a composite
+    that targets values tiled none (``NothingTiled``), or on any note when ``strict``."""
+    new = []
+    for t, targets in expanded:
+        seen: set = set()
+        mine = []
+        for target in targets:
+            v = target.value
+            if v in seen or (v is not None and prop.sh[v].uses(t.axis)):
+                continue
+            seen.add(v)
+            reason = target.reason or "no part of the tactic tiled it, nor did propagation"
+            mine.append(Note(v, t.axis, prop.tactic, reason, target.size, target.what))
+        if mine and not any(isinstance(e, Provenance) and e.axis == t.axis for e in prop.events):
+            raise nothing_tiled(program, mesh, t, mine)
+        new += mine
+    if strict and new:
+        shown = [note_text(program, n) for n in new[:5]]
+        more = f"\n  ... and {len(new) - 5} more" if len(new) > 5 else ""
+        raise LeftWhole(
+            f"{prop.schedule[-1]} left {len(new)} value(s) it targets whole (strict):\n  "
+            + "\n  ".join(shown)
+            + more
+            + "\nFix what each note says, or apply it without strict to accept them."
+        )
+    prop.notes += new
 
 
 def _within(tactic: Tactic, err: WorkbenchError) -> WorkbenchError:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from workbench.core.ir.selectors import exact, select
-from workbench.core.propagate.tactics import Tactic, Tile
+from workbench.core.propagate.tactics import Expansion, Target, Tile
 
 
 def matches(program, selector) -> list[int]:
@@ -11,24 +11,58 @@ def matches(program, selector) -> list[int]:
     return select(program, selector, required=False)
 
 
+def strict_text(tactic, text: str) -> str:
+    """A strategy's text, with ``strict=True`` when it is set (unchanged otherwise)."""
+    return f"{text[:-1]}, strict=True)" if tactic.strict else text
+
+
+def unmatched(program, name: str, selector) -> list[Target]:
+    """A note's target when a strategy's ``name=`` selector selects nothing; else none."""
+    if selector is None or matches(program, selector):
+        return []
+    return [Target(None, f"{name}={selector!r} selects no value of {program.name}")]
+
+
 def names_of(program, ids) -> list[str]:
     """Selectors for exactly these values (a name with glob characters stays one name)."""
     return [exact(program.values[i].name) for i in ids]
 
 
-def by_dim(program, mesh, state, axis, picks) -> list[Tactic]:
+def by_dim(program, mesh, state, axis, picks, what: str = "") -> Expansion:
     """``Tile`` tactics for ``(value, dim)`` picks, one per dim in first-seen order; values the
-    axis already sits on, or whose dim it does not divide, are left to propagation."""
+    axis already sits on, or whose dim it does not divide, are left to propagation. Each
+    pick with a dim is a target; ``what`` names the dims' role in the notes of those left
+    whole (a pick without a dim, or a scalar, has nothing to tile and is none)."""
     size = mesh.axis_size(axis)
     groups: dict[int, list[int]] = {}
+    targets = []
     for vid, d in picks:
         v, sh = program.values[vid], state.shardings[vid]
-        if d is None or sh.uses(axis) or axis in sh.replicated:
+        if d is None or not v.shape:
+            continue
+        if sh.uses(axis):
+            targets.append(Target(vid))
+            continue
+        if axis in sh.replicated:
+            why = f"an earlier Replicate keeps it whole on {axis!r}"
+            targets.append(Target(vid, why, what=what))
             continue
         d %= len(v.shape)
-        if v.shape[d] % (sh.shards(d, mesh) * size) == 0 and vid not in groups.get(d, ()):
+        already = sh.shards(d, mesh)
+        if v.shape[d] % (already * size):
+            cut = f", already cut in {already} pieces" if already > 1 else ""
+            named = f" ({what})" if what else ""
+            why = (
+                f"dim {d}{named} has size {v.shape[d]}{cut}, which the {size}-way axis "
+                f"{axis!r} does not divide"
+            )
+            targets.append(Target(vid, why, v.shape[d] // already, what))
+            continue
+        targets.append(Target(vid))
+        if vid not in groups.get(d, ()):
             groups.setdefault(d, []).append(vid)
-    return [Tile(names_of(program, ids), d, axis) for d, ids in groups.items()]
+    tiles = [Tile(names_of(program, ids), d, axis) for d, ids in groups.items()]
+    return Expansion(tiles, targets)
 
 
 def shard_dim(shape, sharding, mesh, axis) -> int | None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from workbench.core.errors import TacticError
 from workbench.core.propagate.tactics import Tactic, Tile, _check_axis
-from workbench.core.strategies.base import by_dim
+from workbench.core.strategies.base import by_dim, strict_text
 from workbench.core.strategies.named import register
 from workbench.core.strategies.roles import roles
 
@@ -20,18 +20,19 @@ class BP(Tactic):
     axis: str
     inputs: str | None = None
     dim: int | None = None
+    strict: bool = False  # any value it targets left whole is an error
 
     def __str__(self) -> str:
         if self.inputs is None and self.dim is None:
-            return f"BP({self.axis!r})"
-        return f"BP({self.axis!r}, inputs={self.inputs!r}, dim={self.dim})"
+            return strict_text(self, f"BP({self.axis!r})")
+        return strict_text(self, f"BP({self.axis!r}, inputs={self.inputs!r}, dim={self.dim})")
 
     def expand(self, program, mesh, state):
         _check_axis(self, mesh)
         if self.inputs is not None:
             return [Tile(self.inputs, 0 if self.dim is None else self.dim, self.axis)]
         data = [(v, d if self.dim is None else self.dim) for v, d in roles(program, state).data]
-        tiles = by_dim(program, mesh, state, self.axis, data)
+        tiles = by_dim(program, mesh, state, self.axis, data, "batch")
         if not any(d is not None for _, d in data):
             raise TacticError(
                 f"{self}: the workbench sees no data input with a batch dimension in "

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from workbench.core.errors import TacticError
 from workbench.core.propagate.tactics import Tactic, Tile, _check_axis
-from workbench.core.strategies.base import by_dim
+from workbench.core.strategies.base import by_dim, strict_text
 from workbench.core.strategies.named import register
 from workbench.core.strategies.roles import roles
 
@@ -20,10 +20,13 @@ class EMB(Tactic):
     axis: str
     dim: str = "vocab"
     table: str | None = None
+    strict: bool = False  # any value it targets left whole is an error
 
     def __str__(self) -> str:
-        return f"EMB({self.axis!r}, dim={self.dim!r}" + (
-            f", table={self.table!r})" if self.table is not None else ")"
+        return strict_text(
+            self,
+            f"EMB({self.axis!r}, dim={self.dim!r}"
+            + (f", table={self.table!r})" if self.table is not None else ")"),
         )
 
     def expand(self, program, mesh, state):
@@ -44,4 +47,5 @@ class EMB(Tactic):
             rank = len(program.values[t].shape)
             other = [d for d in range(rank) if d != vocab]
             picks.append((t, vocab if self.dim == "vocab" else (other[-1] if other else None)))
-        return by_dim(program, mesh, state, self.axis, picks)
+        what = "vocabulary" if self.dim == "vocab" else "feature"
+        return by_dim(program, mesh, state, self.axis, picks, what)

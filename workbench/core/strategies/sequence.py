@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from workbench.core.anatomy.blocks import block_interior, crossing, residual_stream
 from workbench.core.errors import TacticError
 from workbench.core.propagate.tactics import Atomic, Tactic, _check_axis
-from workbench.core.strategies.base import by_dim, matches, names_of
+from workbench.core.strategies.base import by_dim, matches, names_of, strict_text
 from workbench.core.strategies.named import register
 from workbench.core.strategies.roles import roles
 
@@ -26,11 +26,12 @@ class SP(Tactic):
     axis: str
     stream: str | None = None
     dim: int | None = None
+    strict: bool = False  # any value it targets left whole is an error
 
     def __str__(self) -> str:
         if (self.stream, self.dim) == (None, None):
-            return f"SP({self.axis!r})"
-        return f"SP({self.axis!r}, stream={self.stream!r}, dim={self.dim})"
+            return strict_text(self, f"SP({self.axis!r})")
+        return strict_text(self, f"SP({self.axis!r}, stream={self.stream!r}, dim={self.dim})")
 
     def expand(self, program, mesh, state):
         _check_axis(self, mesh)
@@ -64,4 +65,4 @@ class SP(Tactic):
             return dims.index(seq) if seq in dims else None
 
         picks = [(v, dim_of(v)) for v in dict.fromkeys((*stream, *entering))]
-        return out + by_dim(program, mesh, state, self.axis, picks)
+        return out + by_dim(program, mesh, state, self.axis, picks, "sequence")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench.core.errors import TacticError
-from workbench.core.propagate.tactics import Replicate, Tactic, _check_axis
-from workbench.core.strategies.base import by_dim, matches, names_of
+from workbench.core.propagate.tactics import Expansion, Replicate, Tactic, _check_axis
+from workbench.core.strategies.base import by_dim, matches, names_of, strict_text, unmatched
 from workbench.core.strategies.named import register
 from workbench.core.strategies.roles import roles
 
@@ -30,13 +30,15 @@ class MP(Tactic):
     hidden: str | None = None
     heads_dim: int = -2
     hidden_dim: int = -1
+    strict: bool = False  # any value it targets left whole is an error
 
     def __str__(self) -> str:
         if (self.heads, self.hidden, self.heads_dim, self.hidden_dim) == (None, None, -2, -1):
-            return f"MP({self.axis!r})"
-        return (
+            return strict_text(self, f"MP({self.axis!r})")
+        return strict_text(
+            self,
             f"MP({self.axis!r}, heads={self.heads!r}, hidden={self.hidden!r}, "
-            f"heads_dim={self.heads_dim}, hidden_dim={self.hidden_dim})"
+            f"heads_dim={self.heads_dim}, hidden_dim={self.hidden_dim})",
         )
 
     def expand(self, program, mesh, state):
@@ -57,8 +59,11 @@ class MP(Tactic):
                 "your attention projections and MLP input weights, or apply "
                 "Role(selector, 'heads'|'hidden', dim=...) first."
             )
-        return by_dim(program, mesh, state, self.axis, heads) + by_dim(
-            program, mesh, state, self.axis, hidden
+        missed = unmatched(program, "heads", self.heads) + unmatched(program, "hidden", self.hidden)
+        return (
+            Expansion([], missed)
+            + by_dim(program, mesh, state, self.axis, heads, "heads")
+            + by_dim(program, mesh, state, self.axis, hidden, "hidden")
         )
 
 
@@ -72,13 +77,15 @@ class MQ(Tactic):
     queries: str | None = None
     keys_values: str | None = None
     heads_dim: int = -2
+    strict: bool = False  # any value it targets left whole is an error
 
     def __str__(self) -> str:
         if (self.queries, self.keys_values, self.heads_dim) == (None, None, -2):
-            return f"MQ({self.axis!r})"
-        return (
+            return strict_text(self, f"MQ({self.axis!r})")
+        return strict_text(
+            self,
             f"MQ({self.axis!r}, queries={self.queries!r}, keys_values={self.keys_values!r}, "
-            f"heads_dim={self.heads_dim})"
+            f"heads_dim={self.heads_dim})",
         )
 
     def expand(self, program, mesh, state):
@@ -100,4 +107,4 @@ class MQ(Tactic):
             )
         kv = [v for v in kv if self.axis not in state.shardings[v].replicated]
         keep = [Replicate(names_of(program, kv), self.axis)] if kv else []
-        return keep + by_dim(program, mesh, state, self.axis, queries)
+        return keep + by_dim(program, mesh, state, self.axis, queries, "heads")

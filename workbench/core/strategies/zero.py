@@ -8,8 +8,16 @@ from dataclasses import dataclass
 from workbench.core import ops
 from workbench.core.errors import TacticError
 from workbench.core.ir.selectors import exact
-from workbench.core.propagate.tactics import Atomic, Replicate, Tactic, Tile, _check_axis
-from workbench.core.strategies.base import matches, names_of, shard_dim
+from workbench.core.propagate.tactics import (
+    Atomic,
+    Expansion,
+    Replicate,
+    Tactic,
+    Target,
+    Tile,
+    _check_axis,
+)
+from workbench.core.strategies.base import matches, names_of, shard_dim, strict_text
 from workbench.core.strategies.named import register
 from workbench.core.strategies.roles import roles
 
@@ -103,6 +111,8 @@ def _sharded_like_params(tactic, program, mesh, state, *, params: bool):
     out: list[Tactic] = [Atomic(names_of(program, sorted(set(boundary))), tactic.axis)]
     tiles = []
     kept_whole = []
+    targets = []
+    size = mesh.axis_size(tactic.axis)
     for p in ids:
         v = program.values[p]
         d = shard_dim(v.shape, state.shardings[p], mesh, tactic.axis) if v.shape else None
@@ -112,8 +122,13 @@ def _sharded_like_params(tactic, program, mesh, state, *, params: bool):
         readers = _gradient_readers(program, view.gradients.get(p))
         group = list(dict.fromkeys([*group, *stacked[p], *readers]))
         group = [u for u in group if not state.shardings[u].uses(tactic.axis)]
+        if d is None and v.shape:  # a scalar has nothing to tile: no target
+            cut = " as it is cut already" if any(state.shardings[p].dims) else ""
+            why = f"no dim of its shape {v.shape}{cut} has a size the {size}-way axis {tactic.axis!r} divides"
+            targets += [Target(u, why) for u in group]
         if d is None or not group:
             continue
+        targets += [Target(u) for u in group]
         tiles.append(Tile(names_of(program, group), d, tactic.axis))
         if params:  # inside loops, each step's slice stays sharded too: gathered per step
             for u, dropped in view.loop_slices.get(p, ()):
@@ -124,7 +139,7 @@ def _sharded_like_params(tactic, program, mesh, state, *, params: bool):
             kept_whole.append(new)
     if kept_whole:
         out.append(Replicate(names_of(program, kept_whole), tactic.axis))
-    return out + tiles
+    return Expansion(out + tiles, targets)
 
 
 @register(axes="data", place=3)
@@ -135,12 +150,14 @@ class Z2(Tactic):
 
     axis: str
     params: str | None = None
+    strict: bool = False  # any value it targets left whole is an error
 
     def __str__(self) -> str:
-        return (
+        return strict_text(
+            self,
             f"Z2({self.axis!r})"
             if self.params is None
-            else f"Z2({self.axis!r}, params={self.params!r})"
+            else f"Z2({self.axis!r}, params={self.params!r})",
         )
 
     def expand(self, program, mesh, state):
@@ -157,12 +174,14 @@ class Z3(Tactic):
 
     axis: str
     params: str | None = None
+    strict: bool = False  # any value it targets left whole is an error
 
     def __str__(self) -> str:
-        return (
+        return strict_text(
+            self,
             f"Z3({self.axis!r})"
             if self.params is None
-            else f"Z3({self.axis!r}, params={self.params!r})"
+            else f"Z3({self.axis!r}, params={self.params!r})",
         )
 
     def expand(self, program, mesh, state):
