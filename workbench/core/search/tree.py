@@ -40,9 +40,20 @@ from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.state import State
 from workbench.core.plan.plan import build_plan
 from workbench.core.propagate.tactics import Tactic, Tile, apply_tactic
+from workbench.core.search import candidates
+from workbench.core.search.candidates import AutoReport
 from workbench.core.search.groups import Group, decision_groups
 
-__all__ = ["SKIP", "Auto", "Group", "Progress", "Search", "StateCache", "decision_groups"]
+__all__ = [
+    "SKIP",
+    "Auto",
+    "AutoReport",
+    "Group",
+    "Progress",
+    "Search",
+    "StateCache",
+    "decision_groups",
+]
 
 SKIP = -1  # the "leave it" action
 _MISSING = object()
@@ -323,17 +334,17 @@ class Search:
         replay = len(self.groups) * self.applying_s / max(self.applied, 1)
         return elapsed + elapsed / max(self.evaluations, 1) + replay <= seconds
 
-    def report(self) -> None:
+    def report(self, chosen: AutoReport | None = None) -> None:
+        """Progress so far; with ``chosen``, the candidate that won (the last report)."""
         if self.auto.callback is not None:
-            self.auto.callback(
-                Progress(
-                    self.evaluations,
-                    self.auto.budget,
-                    self.base[0] / self.best[0],
-                    self.tactics(self.best[1]),
-                    time.perf_counter() - self.start,
-                )
+            score, tactics = (
+                (self.best[0], self.tactics(self.best[1]))
+                if chosen is None
+                else (chosen.winner.score, chosen.tactics)
             )
+            elapsed = time.perf_counter() - self.start
+            best = self.base[0] / max(score, 1e-30)
+            self.auto.callback(Progress(self.evaluations, self.auto.budget, best, tactics, elapsed))
 
     # -- local refinement ----------------------------------------------------------------
     def full(self, path: tuple) -> tuple:
@@ -414,7 +425,9 @@ class Auto(Tactic):
     ``goal`` "time" minimises the simulated step time, "memory" the peak memory per device;
     ``memory_limit`` (bytes per device) penalises strategies that exceed it. ``budget`` caps
     the simulator evaluations and ``seconds`` the wall time; ``callback(Progress)`` reports
-    after each episode. ``inputs`` selects the inputs the search may decide.
+    after each episode. ``inputs`` selects the inputs the search may decide. What it
+    decides is the best of the search's find and every registered named strategy on its
+    axes (``candidates``); ``report`` lists them.
     """
 
     axes: tuple[str, ...] | str
@@ -447,6 +460,11 @@ class Auto(Tactic):
         if self.goal not in ("time", "memory"):
             raise TacticError(f"{self}: goal must be 'time' or 'memory'; got {self.goal!r}.")
 
+    @property
+    def axis(self) -> str:
+        """Its one axis; "" when it decides several (every tactic has an ``axis``)."""
+        return self.axes[0] if len(self.axes) == 1 else ""
+
     def __str__(self) -> str:
         axes = self.axes[0] if len(self.axes) == 1 else list(self.axes)
         extra = f", memory_limit={self.memory_limit:.3g}" if self.memory_limit else ""
@@ -454,6 +472,11 @@ class Auto(Tactic):
 
     def decisions(self, program, mesh: Mesh, state: State) -> list[Tactic]:
         """The tactics the search settles on, from ``state``: what this tactic stands for."""
+        return list(self.report(program, mesh, state).tactics)
+
+    def report(self, program, mesh: Mesh, state: State) -> AutoReport:
+        """What the search compared from ``state`` (its own find and every named strategy
+        on its axes, see ``candidates``), their step times and memory, and which won."""
         for axis in self.axes:
             if axis not in mesh:
                 raise TacticError(
@@ -461,7 +484,9 @@ class Auto(Tactic):
                 )
         done = _results(program).setdefault(state, {})
         if (self, mesh) not in done:
-            done[(self, mesh)] = list(Search(program, mesh, state, self).run())
+            search = Search(program, mesh, state, self)
+            done[(self, mesh)] = candidates.compare(program, mesh, state, search)
+            search.report(done[(self, mesh)])
         return done[(self, mesh)]
 
     def expand(self, program, mesh: Mesh, state: State):
