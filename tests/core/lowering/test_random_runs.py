@@ -1,6 +1,9 @@
 """Random tactic sequences on the zoo's models, lowered explicitly and run on 8 virtual
-devices, compute what the unpartitioned programs compute: 200 generated cases a run."""
+devices over meshes of one, two and three axes (one of size 1), compute what the
+unpartitioned programs compute: 200 generated cases a run. The tactics applied are
+counted, so the test cannot pass by having every tactic rejected."""
 
+from collections import Counter
 from functools import cache
 
 import pytest
@@ -11,13 +14,22 @@ import workbench as wb
 from workbench.core.strategies.named import BP, MP, Z2, Z3
 from workbench.models import build, lm
 
-MESH = wb.Mesh({"batch": 2, "model": 4})
+MESHES = [
+    wb.Mesh({"batch": 2, "model": 4}),
+    wb.Mesh({"batch": 4, "model": 2}),
+    wb.Mesh({"x": 8}),
+    wb.Mesh({"a": 2, "b": 2, "c": 2}),
+    wb.Mesh({"x": 1, "y": 8}),
+]
 #: Models weighted by how cheap they are to compile, so 200 cases stay within minutes.
 MODELS = ["mlp"] * 8 + ["gnn"] * 5 + ["cnn"] * 4 + ["lm"] * 2 + ["lm_scan"]
 CONFIGS = {
     "lm": lm.Config.preset("tiny", n_layers=1),
     "lm_scan": lm.Config.preset("tiny", n_layers=2),
 }
+KINDS = ["tile"] * 6 + ["replicate", "atomic", "named"]
+#: at least this share of the drawn tactics must apply (close to 90% do)
+MIN_APPLIED = 0.5
 
 
 @cache
@@ -27,13 +39,12 @@ def program(name: str) -> wb.Program:
 
 
 @st.composite
-def tactic(draw, p):
-    kind = draw(st.sampled_from(["tile"] * 6 + ["replicate", "atomic", "named"]))
-    axis = draw(st.sampled_from(MESH.names))
+def tactic(draw, p, mesh):
+    kind = draw(st.sampled_from(KINDS))
+    axis = draw(st.sampled_from(mesh.names))
     if kind == "named":
-        return draw(
-            st.sampled_from([BP(axis), Z3(axis), Z2(axis), MP(axis, hidden="params/**/w*")])
-        )
+        named = [BP(axis), Z3(axis), Z2(axis), MP(axis, hidden="params/**/w*")]
+        return kind, draw(st.sampled_from(named))
     candidates = [
         v
         for v in p.values
@@ -41,22 +52,59 @@ def tactic(draw, p):
     ]
     v = draw(st.sampled_from(candidates))
     if kind == "tile":
-        return wb.Tile(v.name, draw(st.integers(0, len(v.shape) - 1)), axis)
-    return (wb.Replicate if kind == "replicate" else wb.Atomic)(v.name, axis)
+        return kind, wb.Tile(v.name, draw(st.integers(0, len(v.shape) - 1)), axis)
+    return kind, (wb.Replicate if kind == "replicate" else wb.Atomic)(v.name, axis)
 
 
-@pytest.mark.slow
-@settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=False
-)
-@given(st.sampled_from(MODELS), st.data())
-def test_random_schedules_run_and_match(name, data):
-    s = wb.Session(program(name), MESH)
+def schedule(data, name, mesh, tally: Counter) -> wb.Session:
+    """A session with 1-4 drawn tactics applied (those a session rejects are skipped)."""
+    s = wb.Session(program(name), mesh)
     for _ in range(data.draw(st.integers(1, 4), label="tactics")):
-        t = data.draw(tactic(s.program), label="tactic")
+        kind, t = data.draw(tactic(s.program, mesh), label="tactic")
+        tally["drawn"] += 1
         try:
             s.apply(t)
         except wb.WorkbenchError:
             continue
-    result = s.run(repeats=1)
-    assert result.matches, f"{s}\n{result}"
+        tally["applied"] += 1
+        tally[kind] += 1
+        tally[str(mesh)] += 1
+    return s
+
+
+def check_tally(tally: Counter) -> None:
+    assert tally["applied"] >= MIN_APPLIED * tally["drawn"], f"too few tactics applied: {tally}"
+    missing = [k for k in {*KINDS, *map(str, MESHES)} if not tally[k]]
+    assert not missing, f"no tactic applied of {missing}: {tally}"
+
+
+@pytest.mark.slow
+def test_random_schedules_run_and_match():
+    tally = Counter()
+
+    @settings(
+        max_examples=200,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+        derandomize=False,
+    )
+    @given(st.sampled_from(MODELS), st.sampled_from(MESHES), st.data())
+    def case(name, mesh, data):
+        s = schedule(data, name, mesh, tally)
+        result = s.run(repeats=1)
+        assert result.matches, f"{s}\n{result}"
+
+    case()
+    check_tally(tally)
+
+
+def test_the_tally_fails_a_run_that_applied_too_little():
+    applied = Counter({"drawn": 10, "applied": 1, **dict.fromkeys(KINDS, 1)})
+    applied.update(dict.fromkeys(map(str, MESHES), 1))
+    with pytest.raises(AssertionError, match="too few tactics applied"):
+        check_tally(applied)
+    applied["applied"] = 6
+    check_tally(applied)
+    del applied[str(MESHES[-1])]
+    with pytest.raises(AssertionError, match="no tactic applied"):
+        check_tally(applied)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.io.structure import SOURCE, structural_keys
+from workbench.core.lowering.constrained import SPATIAL_CONV_FAULTY, spatial_tilings
 from workbench.core.ops import calls
 
 _TEMPLATE = '''"""Shardings of {name!r} on a {mesh_text} mesh, exported by workbench. Needs only JAX.
@@ -47,6 +48,14 @@ CONSTRAINTS = {{
 }}
 # primitives whose callee is entered, and the parameter holding it
 CALLS = {calls!r}
+# Convolutions these shardings tile on a spatial (windowed) dimension. On the backends in
+# FAULTY_BACKENDS, XLA's SPMD partitioner computes wrong gradients for those (a kernel
+# gradient counted once per replica), so partitioned() refuses to run there: keep spatial
+# dims whole, or run on another backend.
+SPATIAL_CONVS = [
+{spatial}
+]
+FAULTY_BACKENDS = {faulty!r}
 
 {structure}
 
@@ -91,6 +100,13 @@ def _evaluate(jaxpr, consts, args, mesh, keys):
 def partitioned(fn, mesh=None):
     """``fn`` jitted with these shardings: inputs, outputs and intermediates."""
     mesh = make_mesh() if mesh is None else mesh
+    platform = mesh.devices.flat[0].platform
+    if SPATIAL_CONVS and platform in FAULTY_BACKENDS:
+        raise RuntimeError(
+            f"these shardings tile convolutions on a spatial dimension ({{SPATIAL_CONVS}}), and "
+            f"XLA's {{platform}} backend computes wrong gradients for that. Keep spatial dims "
+            "whole (drop those specs), or run on a backend not in FAULTY_BACKENDS."
+        )
     cache = {{}}
 
     def call(*args):
@@ -134,7 +150,9 @@ def _spec_code(sharding) -> str:
 
 
 def export_jax(session) -> str:
-    """A standalone module applying this session's shardings with plain JAX."""
+    """A standalone module applying this session's shardings with plain JAX; where they tile
+    a convolution spatially, it says so and refuses to run on a backend XLA gets that wrong
+    on (``lowering.constrained.SPATIAL_CONV_FAULTY``)."""
     program, state, mesh = session.program, session.state, session.mesh
     in_specs = [
         f"    {_spec_code(state.shardings[v])},  # {program.values[v].name!r}"
@@ -150,6 +168,7 @@ def export_jax(session) -> str:
             s = state.shardings[v]
             if s.tiled_axes:
                 constraints.append(f"    {key!r}: {_spec_code(s)},  # {program.values[v].name!r}")
+    spatial = [f"    {str(t)!r}," for t in spatial_tilings(program, state)]
     return _TEMPLATE.format(
         name=program.name,
         mesh_text=str(dict(mesh.axes)),
@@ -159,6 +178,8 @@ def export_jax(session) -> str:
         out_specs="\n".join(out_specs),
         constraints="\n".join(constraints),
         calls=calls(),
+        spatial="\n".join(spatial),
+        faulty=tuple(sorted(SPATIAL_CONV_FAULTY)),
         structure=SOURCE,
     )
 

@@ -53,12 +53,14 @@ def compiled_collectives(session, lowering: str = "explicit", devices=None) -> l
 class CrossCheck:
     """Ours and XLA's collectives for one state: bytes per device per kind, and what differs.
 
-    Bytes are per device as executed: a collective inside a loop counts once per iteration
-    (our plan's ``count``; the HLO's loop trip counts)."""
+    Collectives are matched on kind, mesh axes (the HLO's replica groups read back as axes;
+    None where they are no product of axes), bytes and count. Bytes are per device as
+    executed: a collective inside a loop counts once per iteration (our plan's ``count``;
+    the HLO's loop trip counts)."""
 
     ours: dict[str, int]
     xla: dict[str, int]
-    only_ours: Counter  # (kind, bytes) our plan has and the HLO lacks
+    only_ours: Counter  # (kind, axes, bytes, count) our plan has and the HLO lacks
     only_xla: Counter
 
     @property
@@ -83,6 +85,14 @@ def executed_bytes(collectives) -> dict[str, int]:
     return out
 
 
+def executed_by_axes(collectives) -> Counter:
+    """Per (kind, mesh axes), bytes per device times the times each runs."""
+    out: Counter = Counter()
+    for c in collectives:
+        out[c.kind, c.axes] += c.bytes * c.count
+    return out
+
+
 def executed_wire_bytes(collectives, mesh) -> float:
     """Bytes each device sends, as executed (ring algorithms; see ``redistribute.WIRE``)."""
     from workbench.core.layout.redistribute import wire_bytes
@@ -96,9 +106,13 @@ def executed_wire_bytes(collectives, mesh) -> float:
     return total
 
 
+def _key(c) -> tuple:
+    return c.kind, None if c.axes is None else tuple(c.axes), c.bytes, c.count
+
+
 def compare(plan_collectives, hlo: list[HloCollective]) -> CrossCheck:
-    ours = Counter((c.kind, c.bytes, c.count) for c in plan_collectives)
-    theirs = Counter((c.kind, c.bytes, c.count) for c in hlo)
+    ours = Counter(_key(c) for c in plan_collectives)
+    theirs = Counter(_key(c) for c in hlo)
     return CrossCheck(
         executed_bytes(plan_collectives), executed_bytes(hlo), ours - theirs, theirs - ours
     )
