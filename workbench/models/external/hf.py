@@ -113,14 +113,16 @@ def masked_lm_loss(logits, labels):
     return loss.sum() / label_mask.sum()
 
 
-def make_train_step(model, tx: optax.GradientTransformation, loss_fn):
-    """``train_step(params, opt_state, batch) -> (params, opt_state, loss)``."""
+def make_train_step(model, tx: optax.GradientTransformation, loss_fn, mode=None):
+    """``train_step(params, opt_state, batch) -> (params, opt_state, loss)``; ``mode``: the
+    model's training keyword (``{"train": True}``; OPT's is ``{"deterministic": False}``)."""
+    mode = {"train": True} if mode is None else mode
 
     def train_step(params, opt_state, batch):
         def compute_loss(params):
             inputs = dict(batch)
             labels = inputs.pop("labels")
-            logits = model(**inputs, params=params, train=True)[0]
+            logits = model(**inputs, params=params, **mode)[0]
             return loss_fn(logits, labels)
 
         loss, grads = jax.value_and_grad(compute_loss)(params)
@@ -134,7 +136,9 @@ def make_train_step(model, tx: optax.GradientTransformation, loss_fn):
 # -- builders -----------------------------------------------------------------------------
 
 
-def _build(name, model_cls, config, size, tx, loss_fn, make_batch, description, abstract):
+def _build(
+    name, model_cls, config, size, tx, loss_fn, make_batch, description, abstract, mode=None
+):
     if abstract:
         model = model_cls(config, seed=0, _do_init=False)
     else:
@@ -147,7 +151,7 @@ def _build(name, model_cls, config, size, tx, loss_fn, make_batch, description, 
             params = model.params
         return params, tx.init(params), make_batch(jax.random.key(1), size)
 
-    step = make_train_step(model, tx, loss_fn)
+    step = make_train_step(model, tx, loss_fn, mode)
     return example(name, step, make, config, description, abstract)
 
 
