@@ -50,22 +50,20 @@ def test_strategies_shard_what_they_say(model):
 
 def test_a_run_names_the_outputs_out_of_tolerance():
     from workbench.core.lowering.run import example_inputs, references, tolerance_dtypes
-    from workbench.core.lowering.verdict import gradient_probes, judge
+    from workbench.core.lowering.verdict import judge
 
     program = concrete("mlp")
     flat = example_inputs(program)
-    n, probes = len(program.outputs), gradient_probes(program)
-    unpart, ref = references(program, flat, probes)
-    extras = list(zip(unpart[n:], ref[n:]))
-    outputs = list(unpart[:n])
+    n = len(program.outputs)
+    unpart, ref, scales = references(program, flat)
+    outputs = list(unpart)
     k = max(range(n), key=lambda i: outputs[i].size)
     outputs[k] = outputs[k] * 1.01  # one output off by 1%
-    verdict = judge(program, flat, outputs, unpart[:n], ref[:n], extras, tolerance_dtypes(program))
+    verdict = judge(program, outputs, unpart, ref, scales, tolerance_dtypes(program))
     (bad,) = verdict.differing
     assert bad.name == program.output_names[k] and not verdict.agree
-    assert judge(
-        program, flat, unpart[:n], unpart[:n], ref[:n], extras, tolerance_dtypes(program)
-    ).agree
+    assert bad.bad > 0 and program.output_names[k] in str(verdict)
+    assert judge(program, unpart, unpart, ref, scales, tolerance_dtypes(program)).agree
 
 
 @pytest.mark.parametrize("lowering", ["explicit", "constrained", "propagated"])

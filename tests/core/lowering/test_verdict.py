@@ -14,15 +14,81 @@ import pytest
 import workbench as wb
 from workbench.core.lowering.float64 import reference64
 from workbench.core.lowering.run import compare, example_inputs, references
-from workbench.core.lowering.verdict import FACTOR, check
+from workbench.core.lowering.verdict import check
 from workbench.core.plan import plan as planning
 from workbench.models import build
-from workbench.models.external import EXTERNAL, build_external
+from workbench.models.external import build_external
 
 # compiles and runs partitioned programs: in the full suite (CI), not the fast lane
 pytestmark = pytest.mark.slow
 
 MESH = wb.Mesh({"data": 2, "model": 4})
+
+
+def symmetric_attention(optimizer, batch=8, seq=6, dim=8):
+    """A plain-JAX attention step whose key bias has an exactly zero gradient (it adds the
+    same number to every key score of a query, which the softmax cancels): its rounding
+    noise is all an optimizer sees of it."""
+    k = jax.random.split(jax.random.key(0), 5)
+    params = {
+        "wq": jax.random.normal(k[0], (dim, dim)) / dim**0.5,
+        "wk": jax.random.normal(k[1], (dim, dim)) / dim**0.5,
+        "bk": jax.random.normal(k[2], (dim,)),
+        "wv": jax.random.normal(k[3], (dim, dim)) / dim**0.5,
+    }
+    x = jax.random.normal(k[4], (batch, seq, dim))
+
+    def loss_fn(params, x):
+        q = x @ params["wq"]
+        keys = x @ params["wk"] + params["bk"]
+        att = jax.nn.softmax(jnp.einsum("bqd,bkd->bqk", q, keys), axis=-1)
+        return jnp.mean(jnp.einsum("bqk,bkd->bqd", att, x @ params["wv"]) ** 2)
+
+    def step(params, opt_state, x):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return wb.capture(step, params, optimizer.init(params), x)
+
+
+OPTIMIZERS = {
+    "adam": lambda: optax.adam(1e-3),
+    "adamw": lambda: optax.adamw(1e-3, weight_decay=0.1),
+    "adafactor": lambda: optax.adafactor(1e-3),
+    "lion": lambda: optax.lion(1e-4, weight_decay=0.01),
+    "clipped adamw on a schedule": lambda: optax.chain(
+        optax.clip_by_global_norm(1.0),
+        optax.adamw(optax.warmup_cosine_decay_schedule(1e-4, 1e-3, 1, 10), weight_decay=0.1),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_an_optimizer_amplifying_a_zero_gradient_passes_a_correct_plan(name):
+    p = symmetric_attention(OPTIMIZERS[name]())
+    result = wb.Session(p, wb.Mesh({"data": 8}), [wb.BP("data")]).run(repeats=1)
+    assert result.matches, str(result)
+    bias = p.anatomy().new_params[p.value("params/bk").id]
+    check = result.verdict.checks[p.outputs.index(bias)]
+    assert check.ok and check.size == 8
+
+
+def test_rounding_scales_see_through_a_cancelling_sum():
+    """The key bias's update: zero in float64, yet rounding can move it by a step."""
+    from workbench.core.lowering.rounding import reference_with_scales
+    from workbench.core.lowering.run import example_inputs
+
+    p = symmetric_attention(optax.adam(1e-3))
+    flat = example_inputs(p)
+    ref, scales = reference_with_scales(p, flat)
+    a = p.anatomy()
+    j = p.outputs.index(a.new_params[p.value("params/bk").id])
+    before = np.asarray(flat[p.inputs.index(p.value("params/bk").id)])
+    assert np.abs(ref[j] - before).max() < 1e-6  # the true step is nothing
+    assert scales[j].max() > 1e-5  # but rounding can make it a large part of the step
+    k = p.outputs.index(a.new_params[p.value("params/wq").id])
+    assert scales[k].max() < 1e-5  # a weight with a real gradient moves by a real step
 
 
 def test_rounding_noise_agrees_and_a_one_percent_error_differs():
@@ -36,35 +102,13 @@ def test_rounding_noise_agrees_and_a_one_percent_error_differs():
     assert not check("n", "output", np.array([3]), np.array([2]), np.array([2]), "int32").ok
 
 
-def test_a_gradient_lost_in_rounding_is_judged_by_the_update_size():
-    """Adam's first step is lr * sign(g): where g is rounding noise the sign is a coin."""
-    lr, rng = 1e-3, np.random.default_rng(1)
-    grad_ref = np.concatenate([rng.normal(size=100), np.zeros(4)])  # 4 gradients truly zero
-    noise = rng.normal(scale=1e-7, size=104)
-    before = rng.normal(size=104)
-    new_ref = before - lr * np.sign(grad_ref)
-    unpart = before - lr * np.sign(grad_ref + noise)
-    part = before - lr * np.sign(grad_ref - noise)  # the four coins fall the other way
-    c = check(
-        "w", "parameter", part, unpart, new_ref, "float32",
-        grad=grad_ref + noise, grad_ref=grad_ref, before=before,
-    )  # fmt: skip
-    assert c.ok and c.noisy == 4 and c.noisy_error == pytest.approx(lr, rel=1e-6)
-    wrong = part.copy()
-    wrong[:10] += lr  # a well-defined element moved: a wrong gradient
-    c = check(
-        "w", "parameter", wrong, unpart, new_ref, "float32",
-        grad=grad_ref + noise, grad_ref=grad_ref, before=before,
-    )  # fmt: skip
-    assert not c.ok
-
-
 def test_float64_reference_is_float64_and_close_to_the_program():
     ex = build("lm", "tiny")
     p = wb.capture(ex.fn, *ex.args)
     flat = example_inputs(p)
     ref = reference64(p, flat)
-    unpart, _ = references(p, flat)
+    unpart, _, scales = references(p, flat)
+    assert all(s is None or s.shape == np.shape(u) for s, u in zip(scales, unpart))
     assert all(r.dtype == np.float64 for r in ref if np.issubdtype(r.dtype, np.floating))
     _, rel, _ = compare(unpart, ref)
     assert rel < 1e-5
@@ -105,7 +149,6 @@ def test_correct_plans_agree_where_a_plain_tolerance_cries_differ():
     # the old rule (each output against the unpartitioned within f32's tolerance) fails here
     outputs, reference = jax.tree.leaves(result.outputs), jax.tree.leaves(result.reference)
     assert not compare(outputs, reference)[2]
-    assert any(c.noisy for c in result.verdict.checks)
 
 
 def drop_first_all_reduce(monkeypatch):
@@ -162,8 +205,10 @@ def test_every_zoo_model_with_nothing_applied_agrees(model):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(EXTERNAL))
-def test_every_third_party_model_with_nothing_applied_agrees(name):
+@pytest.mark.parametrize("name", ["hf_gpt2", "nnx_vit"])
+def test_third_party_models_a_few_steps_in_agree(name):
+    """After a few steps (a warmup schedule's rate is no longer zero); every model of the
+    matrix runs from its first step in tests/models/test_matrix_runs.py."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ex = build_external(name, "tiny")
@@ -171,4 +216,16 @@ def test_every_third_party_model_with_nothing_applied_agrees(name):
         p = wb.capture(ex.fn, *ex.args)
     result = wb.Session(p, MESH).run(repeats=1, args=args)
     assert result.matches, str(result)
-    assert FACTOR > 1 and jnp.isfinite(jax.tree.leaves(result.outputs)[-1]).all()
+    assert jnp.isfinite(jax.tree.leaves(result.outputs)[-1]).all()
+
+
+def test_a_nan_in_the_batch_agrees_where_both_runs_have_it():
+    ex = build("mlp", "tiny")
+    p = wb.capture(ex.fn, *ex.args)
+    batch = ex.args[-1]
+    x = np.array(batch["x"])
+    x[0, 0] = np.nan  # one example's NaN: the loss and every gradient become NaN
+    args = (*ex.args[:-1], {**batch, "x": jnp.asarray(x)})
+    result = wb.Session(p, MESH, [wb.BP("data")]).run(repeats=1, args=args)
+    assert result.matches, str(result)
+    assert np.isnan(np.asarray(jax.tree.leaves(result.outputs)[-1])).any()

@@ -20,9 +20,9 @@ from jax.sharding import NamedSharding
 from workbench.core.dtypes import impl_name, is_extended, key_data, words
 from workbench.core.errors import WorkbenchError
 from workbench.core.lowering.explicit import spec
-from workbench.core.lowering.float64 import reference64
 from workbench.core.lowering.interpret import Interpreter
-from workbench.core.lowering.verdict import Check, Verdict, check, gradient_probes, judge
+from workbench.core.lowering.rounding import reference_with_scales
+from workbench.core.lowering.verdict import Check, Verdict, check, judge
 from workbench.core.ops.random import sharding_notes
 from workbench.core.units import format_bytes, format_seconds
 
@@ -90,8 +90,7 @@ class RunResult:
         if self.matches:
             return ""
         worst = ", ".join(
-            f"{c.name} ({max(c.error, c.noisy_error):.2g} from float64, tolerance "
-            f"{c.tolerance:.2g})"
+            f"{c.name} ({c.reason or f'{c.error:.2g} from float64, allowed {c.allowed:.2g}'})"
             for c in self.differing[:top]
         )
         more = f" and {len(self.differing) - top} more" if len(self.differing) > top else ""
@@ -177,10 +176,14 @@ def compare(outputs, reference, dtypes=None) -> tuple[float, float, bool]:
     for i, (out, ref) in enumerate(zip(outputs, reference)):
         dtype = "key" if is_extended(getattr(ref, "dtype", None)) else str(np.asarray(ref).dtype)
         dtype = (dtypes[i] if dtypes is not None else None) or dtype
-        out, ref = key_data(out), key_data(ref)
-        out, ref = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-        err = float(np.max(np.abs(out - ref))) if out.size else 0.0
-        scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+        out, ref = np.asarray(key_data(out)), np.asarray(key_data(ref))
+        wide = np.complex128 if np.iscomplexobj(out) or np.iscomplexobj(ref) else np.float64
+        out, ref = out.astype(wide), ref.astype(wide)
+        same = (out == ref) | (np.isnan(out) & np.isnan(ref))  # equal, infinities and NaNs too
+        diff = np.where(same, 0.0, np.abs(out - ref))
+        err = float(np.max(diff)) if out.size else 0.0
+        finite = np.abs(ref)[np.isfinite(ref)]
+        scale = float(np.max(finite)) if finite.size else 0.0
         rel = err / scale if scale > 0 else err
         rtol, atol = TOLERANCE.get(dtype, TOLERANCE["float32"])
         ok &= err <= max(atol, rtol * scale)
@@ -188,15 +191,16 @@ def compare(outputs, reference, dtypes=None) -> tuple[float, float, bool]:
     return worst_abs, worst_rel, ok
 
 
-def references(program, flat_args, extra=(), *, cache_key=None) -> tuple[list, list]:
+def references(program, flat_args, extra=(), *, cache_key=None) -> tuple[list, list, list]:
     """The unpartitioned program's outputs then the arrays of ``extra`` value ids, on one
-    device as the program computes them and in float64 (kept per program for ``cache_key``)."""
+    device as the program computes them, in float64, and their rounding scales
+    (``rounding``; kept per program for ``cache_key``)."""
     cache = program.cache.get("lowering.references", dict)
     key = (cache_key, tuple(extra))
     if cache_key is not None and key in cache:
         return cache[key]
     unpartitioned = list(jax.jit(Interpreter(program, extra))(*flat_args))
-    out = (unpartitioned, reference64(program, flat_args, extra))
+    out = (unpartitioned, *reference_with_scales(program, flat_args, extra))
     if cache_key is not None:
         cache[key] = out
     return out
@@ -233,10 +237,10 @@ def first_difference(session, flat, *, lowering, devices=None) -> str | None:
     ]
     n = len(program.outputs)
     part = fn(*placed)[n:]
-    unpart, ref = references(program, flat, candidates)  # not kept: probes are large
-    for v, p, u, r in zip(candidates, part, unpart[n:], ref[n:]):
+    unpart, ref, scales = references(program, flat, candidates)  # not kept: probes are large
+    for v, p, u, r, e in zip(candidates, part, unpart[n:], ref[n:], scales[n:]):
         value = program.values[v]
-        if not check(value.name, "value", p, u, r, str(value.dtype)).ok:
+        if not check(value.name, "value", p, u, r, str(value.dtype), e).ok:
             return describe_value(session, v)
     return None
 
@@ -346,14 +350,9 @@ def run(
         step()
         times.append(time.perf_counter() - t0)
     key = "example" if args is None else None
-    probes, n = gradient_probes(program), len(program.outputs)
-    unpart, ref = references(program, flat, probes, cache_key=key)
-    reference = unpart[:n]
+    reference, ref, scales = references(program, flat, cache_key=key)
     abs_err, rel_err, _ = compare(outputs, reference)
-    verdict = judge(
-        program, flat, outputs, reference, ref[:n], list(zip(unpart[n:], ref[n:])),
-        tolerance_dtypes(program),
-    )  # fmt: skip
+    verdict = judge(program, outputs, reference, ref, scales, tolerance_dtypes(program))
     if not verdict.agree:
         first = first_difference(session, flat, lowering=lowering, devices=devices)
         verdict = dataclasses.replace(verdict, first=first)
