@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.models import ConfigError, Example
+from tests.models.programs import program, tiny
+from workbench.models import ConfigError
 from workbench.models.external import EXTERNAL, SIZES, Size, build_external
 
 # trains third-party models: in the full suite (CI), not the fast lane
@@ -33,20 +34,9 @@ NAMES = [
 
 
 @functools.cache
-def tiny(name: str) -> Example:
-    return build_external(name)
-
-
-@functools.cache
 def stepped(name: str):
     ex = tiny(name)
     return jax.jit(ex.fn)(*ex.args)
-
-
-@functools.cache
-def program(name: str) -> wb.Program:
-    ex = tiny(name)
-    return wb.capture(ex.fn, *ex.args)
 
 
 def shapes(tree) -> list:

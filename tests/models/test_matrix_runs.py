@@ -1,19 +1,19 @@
 """Every model of the third-party matrix runs partitioned and computes what it computes
 unpartitioned, under each named strategy and the search, on a {"data": 2, "model": 4} mesh.
 
-One capture per model (real "tiny" arrays) serves all its schedules, so the unpartitioned
-and float64 references are computed once per model.
+One capture per model (real "tiny" arrays, shared with test_external) serves all its
+schedules, so the unpartitioned and float64 references are computed once per model.
 """
 
 from __future__ import annotations
 
-import functools
 import warnings
 
 import pytest
 
 import workbench as wb
-from workbench.models.external import EXTERNAL, build_external
+from tests.models.programs import program
+from workbench.models.external import EXTERNAL
 
 # compiles and runs partitioned programs: in the full suite (CI), not the fast lane
 pytestmark = pytest.mark.slow
@@ -21,10 +21,9 @@ pytestmark = pytest.mark.slow
 MESH = wb.Mesh({"data": 2, "model": 4})
 
 #: schedule name -> (tactics, mesh axes some input must be tiled on)
+#: (BP and MP alone run inside the compositions: each of their layouts is there)
 SCHEDULES = {
     "none": (lambda: [], ()),
-    "bp": (lambda: [wb.BP("data")], ("data",)),
-    "mp": (lambda: [wb.MP("model")], ("model",)),
     "bp_z3": (lambda: [wb.BP("data"), wb.Z3("data")], ("data",)),
     "bp_mp_sp": (lambda: [wb.BP("data"), wb.MP("model"), wb.SP("model")], ("data", "model")),
     # the search may leave the model axis unused on a tiny model: BP's tiling must remain
@@ -36,14 +35,6 @@ NO_SP = {
     "nnx_vit": "an encoder over 17 tokens (the cls token and 16 patches): the workbench sees "
     "no residual stream with a sequence dimension, and 17 does not split 4 ways",
 }
-
-
-@functools.cache
-def program(name: str) -> wb.Program:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ex = build_external(name, "tiny")
-        return wb.capture(ex.fn, *ex.args)
 
 
 def tactics(name: str, schedule: str) -> tuple[list, tuple[str, ...]]:
