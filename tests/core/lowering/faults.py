@@ -96,20 +96,27 @@ def one_axis_unreduced(monkeypatch) -> Fault:
 
 
 def stale_parameter(monkeypatch, program) -> Fault:
-    """The first updated parameter comes out as it went in: its update is lost."""
+    """The updated parameter that moves most comes out as it went in: its update is lost.
+    (A step whose learning rate is zero moves none: then the fault strikes nothing.)"""
     fault = Fault("stale parameter", "an update lost: the step's size")
-    anatomy = program.anatomy()
-    param, out = next(iter(anatomy.new_params.items()))
-    j, i = program.outputs.index(out), program.inputs.index(param)
-    fault.outputs = {j}
+    pairs = [
+        (program.outputs.index(out), program.inputs.index(param))
+        for param, out in program.anatomy().new_params.items()
+        if out in program.outputs
+    ]
     original = run.TrainingStep.__call__
 
     def call(self, *, keep=False):
-        before = jax.device_put(np.asarray(self.inputs[i]), self.shardings[i])  # donated below
+        before = {i: np.asarray(self.inputs[i]) for _, i in pairs}  # donated below
         outputs = list(original(self, keep=keep))
         if not fault.struck:
-            outputs[j] = before
-            fault.struck.append(program.values[param].name)
+            moved = {j: np.abs(np.asarray(outputs[j]) - before[i]).max() for j, i in pairs}
+            j = max(moved, key=moved.get)
+            if moved[j] > 0:
+                i = dict(pairs)[j]
+                outputs[j] = jax.device_put(before[i], self.shardings[i])
+                fault.struck.append(program.output_names[j])
+                fault.outputs.add(j)
         return outputs
 
     monkeypatch.setattr(run.TrainingStep, "__call__", call)

@@ -10,6 +10,7 @@ import pytest
 import workbench as wb
 from tests.core.lowering import faults
 from tests.core.lowering.strategies import MP_FOR
+from workbench.core.lowering import run as running
 from workbench.models import build
 
 # compiles and runs partitioned programs: in the full suite (CI), not the fast lane
@@ -66,6 +67,8 @@ def test_every_fault_is_caught(model, fault, monkeypatch):
     p = program(model)
     s = wb.Session(p, MESH, schedule(model, fault))
     injected = inject(fault, monkeypatch, p)
+    # where the runs part is located in test_verdict (a dropped all-reduce); here the verdict
+    monkeypatch.setattr(running, "first_difference", lambda *a, **k: None)
     result = s.run(repeats=1)
     assert injected.struck, f"{injected.name} found nothing to strike"
     assert not result.matches, f"{injected.name} ({injected.size}) passed: {result}"

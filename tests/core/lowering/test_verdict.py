@@ -229,3 +229,23 @@ def test_a_nan_in_the_batch_agrees_where_both_runs_have_it():
     result = wb.Session(p, MESH, [wb.BP("data")]).run(repeats=1, args=args)
     assert result.matches, str(result)
     assert np.isnan(np.asarray(jax.tree.leaves(result.outputs)[-1])).any()
+
+
+def test_references_are_kept_per_program_and_inputs(monkeypatch):
+    from workbench.core.lowering import run as running
+
+    ex = build("mlp", "tiny")
+    p = wb.capture(ex.fn, *ex.args)
+    s = wb.Session(p, MESH, [wb.BP("data")])
+    computed = []
+    original = running.reference_with_scales
+
+    def counting(*args, **kwargs):
+        computed.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(running, "reference_with_scales", counting)
+    assert s.run(repeats=1, args=ex.args).matches and len(computed) == 1
+    assert s.run(repeats=1, args=ex.args).matches and len(computed) == 1  # the same inputs
+    batch = {**ex.args[-1], "x": ex.args[-1]["x"] + 1.0}
+    assert s.run(repeats=1, args=(*ex.args[:-1], batch)).matches and len(computed) == 2

@@ -6,6 +6,7 @@ reads that output, as the simulator's memory and step time assume."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import statistics
 import time
 import warnings
@@ -198,12 +199,27 @@ def references(program, flat_args, extra=(), *, cache_key=None) -> tuple[list, l
     cache = program.cache.get("lowering.references", dict)
     key = (cache_key, tuple(extra))
     if cache_key is not None and key in cache:
+        cache[key] = cache.pop(key)  # most recently used last
         return cache[key]
     unpartitioned = list(jax.jit(Interpreter(program, extra))(*flat_args))
     out = (unpartitioned, *reference_with_scales(program, flat_args, extra))
     if cache_key is not None:
         cache[key] = out
+        while len(cache) > KEPT_REFERENCES:  # the least recently used go
+            cache.pop(next(iter(cache)))
     return out
+
+
+#: references kept per program (per inputs: the example's, and the last arguments given)
+KEPT_REFERENCES = 3
+
+
+def fingerprint(flat) -> tuple:
+    """A key for input arrays: their shapes, dtypes and a digest of their contents."""
+    digest = hashlib.blake2b(digest_size=16)
+    for a in flat:
+        digest.update(np.ascontiguousarray(np.asarray(key_data(a))).view(np.uint8).tobytes())
+    return (*((tuple(a.shape), str(a.dtype)) for a in flat), digest.hexdigest())
 
 
 #: bytes of intermediates a failed verdict probes to find where the runs part
@@ -349,7 +365,7 @@ def run(
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
-    key = "example" if args is None else None
+    key = "example" if args is None else fingerprint(flat)
     reference, ref, scales = references(program, flat, cache_key=key)
     abs_err, rel_err, _ = compare(outputs, reference)
     verdict = judge(program, outputs, reference, ref, scales, tolerance_dtypes(program))
