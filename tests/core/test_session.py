@@ -197,7 +197,14 @@ def _parts_one_by_one(program, mesh, schedule):
 
 @pytest.mark.parametrize(
     "model",
-    ["mlp", "lm", "lm_scan", "gnn", pytest.param("hf_gpt2", marks=pytest.mark.slow), "hf_llama"],
+    [
+        "mlp",
+        "lm",
+        "lm_scan",
+        "gnn",
+        pytest.param("hf_gpt2", marks=pytest.mark.slow),
+        pytest.param("hf_llama", marks=pytest.mark.slow),
+    ],
 )
 def test_a_composite_equals_its_parts_applied_one_by_one(model):
     """A composite costs what it changes (each part's propagation restarts from what that

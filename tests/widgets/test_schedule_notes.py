@@ -10,6 +10,9 @@ from tests.widgets.conftest import on_page
 from workbench.core import hardware as hw
 from workbench.widgets import Workbench
 
+# builds Workbenches that estimate on every step (about 40 s): in the full suite, not the fast lane
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def bench(program):

@@ -12,17 +12,8 @@ from workbench.core.ir.program import Program
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.sharding import Sharding
 from workbench.core.layout.state import State
-from workbench.core.propagate.explain import (
-    ConflictReport,
-    Event,
-    Why,
-    events,
-    report,
-    why,
-)
-from workbench.core.propagate.explain import (
-    notes as step_notes,
-)
+from workbench.core.propagate.explain import ConflictReport, Event, Why, events, report, why
+from workbench.core.propagate.explain import notes as step_notes
 from workbench.core.propagate.tactics import Tactic, apply_tactic
 
 

@@ -34,7 +34,13 @@ def rebuilt(code: str, program) -> wb.Session:
 
 
 @pytest.mark.parametrize(
-    "model, strategy", [("lm", "BP+MP"), ("lm_scan", "BP+MP+Z3"), ("gnn", "BP+MP"), ("cnn", "Z3")]
+    "model, strategy",
+    [
+        ("lm", "BP+MP"),
+        ("lm_scan", "BP+MP+Z3"),
+        ("gnn", "BP+MP"),
+        pytest.param("cnn", "Z3", marks=pytest.mark.slow),  # seconds: in the full suite
+    ],
 )
 def test_exported_code_rebuilds_an_identical_state(model, strategy):
     _, program = example(model)

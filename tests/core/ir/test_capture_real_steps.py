@@ -125,6 +125,7 @@ def test_a_key_planned_without_arrays_runs_on_random_keys():
     check(data_parallel(program))
 
 
+@pytest.mark.slow  # seconds: in the full suite
 def test_dropout_with_a_raw_key_input():
     program = wb.capture(dropout_step, PARAMS, BATCH, jax.random.PRNGKey(0))
     assert str(program.value("key").dtype) == "uint32" and program.value("key").shape == (2,)
@@ -164,6 +165,7 @@ def test_per_example_keys_tiled_with_the_batch():
     check(s, "explicit", "constrained")
 
 
+@pytest.mark.slow  # seconds each: in the full suite
 @pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
 def test_rbg_keys_match_and_the_verdict_says_why(impl):
     program = wb.capture(dropout_step, PARAMS, BATCH, jax.random.key(0, impl=impl))

@@ -2,6 +2,7 @@
 
 import jax
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.sharding import PartitionSpec as P
@@ -82,6 +83,7 @@ def _terms(x, src: Sharding):
     return x
 
 
+@pytest.mark.slow  # 25 compiled runs: in the full suite
 @settings(max_examples=25, deadline=None)
 @given(layouts(), layouts(partial=False))
 def test_running_a_plan_moves_the_right_data(src, dst):

@@ -230,12 +230,18 @@ def run_case(key: str, mesh: dict, lowering: str = "explicit") -> None:
 
 
 KEYS = sorted(CASES)
+#: every FAST-th case (cheap ones) also runs in the fast lane; the full suite runs them all
+FAST = 6
 
 
 @pytest.mark.parametrize(
     "key, mesh",
     [
-        pytest.param(k, MESHES[i % len(MESHES)], marks=[pytest.mark.slow] if k in SLOW else [])
+        pytest.param(
+            k,
+            MESHES[i % len(MESHES)],
+            marks=[pytest.mark.slow] if k in SLOW or i % FAST else [],
+        )
         for i, k in enumerate(KEYS)
     ],
 )

@@ -4,6 +4,7 @@ import math
 import warnings
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -101,6 +102,7 @@ def tactics(draw, p):
     return (wb.Replicate if kind == "replicate" else wb.Atomic)(v.name, axis)
 
 
+@pytest.mark.slow  # 60 examples, seconds: in the full suite
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(ZOO), st.data())
 def test_random_tactic_sequences_never_leave_an_inconsistent_state(name, data):

@@ -47,6 +47,7 @@ def test_auto_recovers_megatron_from_nothing(size):
     assert auto.estimate(hw.H100).step_s <= mp.estimate(hw.H100).step_s
 
 
+@pytest.mark.slow  # seconds: in the full suite
 def test_auto_composes_with_manual_tactics():
     program = wide_lm()
     s = wb.Session(
@@ -147,6 +148,7 @@ def test_small_groups_alike_in_shape_are_decided_together():
     assert any(g.data for g in searched.values())  # data inputs are never merged
 
 
+@pytest.mark.slow  # seconds: in the full suite
 @pytest.mark.parametrize("cache", [1, 12])
 def test_the_state_cache_does_not_change_the_result(cache):
     program = wide_lm()

@@ -69,6 +69,7 @@ def test_both_forms_launch_the_same_collectives():
     assert per_kind("lm") == per_kind("lm_scan")
 
 
+@pytest.mark.slow  # seconds each: in the full suite
 @pytest.mark.parametrize("chip", [hw.H100, hw.TPU_V5E], ids=lambda c: c.name)
 def test_a_70b_step_estimates_alike_unrolled_and_under_scan(chip):
     """The zoo LM at LLaMA-3-70B's widths (d 8,192, 64 heads, ffn 28,672; bf16 with float32
