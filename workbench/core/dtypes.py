@@ -18,6 +18,27 @@ def is_extended(dtype) -> bool:
     return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.extended)
 
 
+def epsilon(dtype) -> float:
+    """Machine epsilon of a float or complex dtype (or its name); 0 for integers, booleans,
+    keys and None."""
+    if dtype is None or is_extended(dtype):
+        return 0.0
+    try:
+        return float(np.finfo(np.dtype(dtype)).eps)
+    except (TypeError, ValueError):
+        import ml_dtypes
+
+        try:
+            return float(ml_dtypes.finfo(dtype).eps)
+        except (TypeError, ValueError):
+            return 0.0
+
+
+def inexact(dtype) -> bool:
+    """True for float and complex dtypes (not keys, not None)."""
+    return dtype is not None and not is_extended(dtype) and jax.dtypes.issubdtype(dtype, np.inexact)
+
+
 def as_dtype(dtype):
     """``np.dtype(dtype)``, or the dtype itself when it is an extended one."""
     return dtype if is_extended(dtype) else np.dtype(dtype)

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from workbench.core.dtypes import is_extended
+from workbench.core.dtypes import epsilon, inexact, is_extended
 from workbench.core.ir.program import Op
 from workbench.core.lowering.float64 import Float64
 
@@ -31,33 +31,13 @@ RUNS = 2  # perturbed runs measured against the clean one
 VARIANTS = 2  # random fields per operand shape, taken in turn by the sums
 
 
-def epsilon(dtype) -> float:
-    """Machine epsilon of a float or complex dtype; 0 for integers, booleans and keys."""
-    if dtype is None or is_extended(dtype):
-        return 0.0
-    try:
-        return float(jnp.finfo(dtype).eps)
-    except (TypeError, ValueError):
-        return 0.0
-
-
-def inexact(dtype) -> bool:
-    return dtype is not None and not is_extended(dtype) and jnp.issubdtype(dtype, jnp.inexact)
-
-
-def _inexact(a) -> bool:
-    dtype = getattr(a, "dtype", None)
-    return dtype is not None and not is_extended(dtype) and jnp.issubdtype(dtype, jnp.inexact)
-
-
-def _sums(program):
-    """The ops whose rounding is simulated: sums over contracting factors."""
-    out = []
-    for op in program.walk():
-        m = program.mapping(op)
-        if m.contracting and m.reduction == "sum" and not (m.structural or m.barrier):
-            out.append(op)
-    return out
+def _is_sum(mapping) -> bool:
+    """An op whose rounding is simulated: a sum over contracting factors."""
+    return (
+        bool(mapping.contracting)
+        and mapping.reduction == "sum"
+        and not (mapping.structural or mapping.barrier)
+    )
 
 
 def fields(program, seed: int) -> dict:
@@ -65,7 +45,8 @@ def fields(program, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     shapes = {
         program.operand_type(v).shape
-        for op in _sums(program)
+        for op in program.walk()
+        if _is_sum(program.mapping(op))
         for v in op.operands
         if inexact(program.operand_type(v).dtype)
     }
@@ -83,13 +64,9 @@ class Rounding(Float64):
         self.fields = self.amount = None
 
     def bind(self, op: Op, args: list) -> list:
-        mapping = self.program.mapping(op)
         eps = max(epsilon(self.program.values[v].dtype) for v in op.results)
-        if (
-            eps
-            and mapping.contracting
-            and mapping.reduction == "sum"
-            and not (mapping.structural or mapping.barrier)
+        if eps and _is_sum(
+            self.program.mapping(op)
         ):  # each term rounds: the operands move for them (terms that cancel still leave an error)
             args = [
                 a
@@ -99,7 +76,7 @@ class Rounding(Float64):
                     * eps
                     * self.fields[str(jnp.shape(a))][(op.id + t) % VARIANTS].astype(jnp.float64)
                 )
-                if _inexact(a) and str(jnp.shape(a)) in self.fields
+                if inexact(getattr(a, "dtype", None)) and str(jnp.shape(a)) in self.fields
                 else a
                 for t, a in enumerate(args)
             ]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.core.dtypes import is_extended, key_data
+from workbench.core.dtypes import epsilon, is_extended, key_data
 
 SCALES = 8.0  # a partitioned element may be this many rounding scales from float64
 FACTOR = 16.0  # ... or this many times the unpartitioned run's largest error on the output
@@ -106,19 +106,6 @@ class Verdict:
         if self.first:
             lines.append(f"first differing value: {self.first}")
         return "\n".join(lines)
-
-
-def epsilon(dtype) -> float:
-    """Machine epsilon of a float dtype name; 0 for integers, booleans and keys."""
-    try:
-        return float(np.finfo(np.dtype(dtype)).eps)
-    except (TypeError, ValueError):
-        import ml_dtypes
-
-        try:
-            return float(ml_dtypes.finfo(dtype).eps)
-        except (TypeError, ValueError):
-            return 0.0
 
 
 def _numbers(x) -> np.ndarray:
