@@ -8,7 +8,13 @@ wb.Workbench(train_step, params, opt_state, batch, mesh=mesh)   # the notebook w
 """
 
 from workbench.core import hardware
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import (
+    DeviceError,
+    FileFormatError,
+    InputError,
+    LimitError,
+    WorkbenchError,
+)
 from workbench.core.io.imports import Imported
 from workbench.core.ir.capture import capture, tag
 from workbench.core.ir.program import Program
@@ -27,7 +33,11 @@ __all__ = [
     *sorted(NAMED),
     "Atomic",
     "Auto",
+    "DeviceError",
+    "FileFormatError",
     "Imported",
+    "InputError",
+    "LimitError",
     "Mesh",
     "Program",
     "Replicate",
