@@ -307,7 +307,7 @@ def test_overlap_policies():
     assert half.step_s == pytest.approx(
         none.step_s - 0.5 * min(none.compute_s, none.communication_s)
     )
-    with pytest.raises(ValueError, match="overlap must be"):
+    with pytest.raises(wb.InputError, match=r"overlap=2\.0 is not a fraction in \[0, 1\]"):
         s.estimate(hw.H100, overlap=2.0)
 
 

@@ -7,7 +7,7 @@ README.md for what each module holds.
 from workbench.core.estimate.communication import CollectiveEstimate
 from workbench.core.estimate.compute import OpEstimate
 from workbench.core.estimate.memory import CATEGORIES, Memory, donations
-from workbench.core.estimate.overlap import OVERLAPS, overlapped
+from workbench.core.estimate.overlap import OVERLAPS, check_overlap, overlapped
 from workbench.core.estimate.step import Estimate, estimate
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "Estimate",
     "Memory",
     "OpEstimate",
+    "check_overlap",
     "donations",
     "estimate",
     "overlapped",

@@ -9,9 +9,35 @@ collectives those are is the simulator's to say (``Communication.hidden``).
 
 from __future__ import annotations
 
+import math
+import numbers
+
 from workbench.core.anatomy.layers import carried_inputs, region_operands
+from workbench.core.errors import InputError, closest_names, given
 
 OVERLAPS = ("none", "full", "prefetch")
+
+
+def check_overlap(overlap):
+    """``overlap`` if it is a policy: one of `OVERLAPS` or a fraction in [0, 1]; else an
+    `InputError` saying what would work."""
+    if isinstance(overlap, str):
+        if overlap in OVERLAPS:
+            return overlap
+        near = closest_names(overlap.lower(), OVERLAPS)
+        hint = f" Did you mean {near[0]!r}?" if near else ""
+        why = "is not an overlap policy"
+    elif isinstance(overlap, numbers.Real) and not isinstance(overlap, bool):
+        if math.isfinite(overlap) and 0 <= overlap <= 1:
+            return overlap
+        hint, why = "", "is not a fraction in [0, 1]"
+    else:
+        hint, why = "", "is neither a policy's name nor a fraction"
+    raise InputError(
+        f"overlap={given(overlap)} {why}; give 'none' (communication adds to compute), "
+        "'full' (the longer of the two), 'prefetch' (gathers of weights and gradient "
+        f"reductions hide) or a fraction in [0, 1] of the shorter that hides.{hint}"
+    )
 
 
 def overlapped(compute: float, communication: float, overlap, hidden: float = 0.0) -> float:
@@ -23,11 +49,7 @@ def overlapped(compute: float, communication: float, overlap, hidden: float = 0.
         return max(compute, communication)
     if overlap == "prefetch":
         return max(compute, hidden) + communication - hidden
-    fraction = -1.0 if isinstance(overlap, str) else float(overlap)
-    if not 0.0 <= fraction <= 1.0:
-        raise ValueError(
-            f"overlap must be 'none', 'full', 'prefetch' or a fraction in [0, 1]; got {overlap!r}"
-        )
+    fraction = float(check_overlap(overlap))
     return compute + communication - fraction * min(compute, communication)
 
 

@@ -10,8 +10,9 @@ from workbench.core.estimate.communication import CollectiveEstimate, Communicat
 from workbench.core.estimate.compute import Compute, OpEstimate
 from workbench.core.estimate.liveness import Liveness
 from workbench.core.estimate.memory import Memory
-from workbench.core.estimate.overlap import overlapped
+from workbench.core.estimate.overlap import check_overlap, overlapped
 from workbench.core.gcpause import without_gc
+from workbench.core.hardware.names import resolve
 from workbench.core.hardware.spec import Hardware
 from workbench.core.layout.collectives import KINDS
 from workbench.core.layout.mesh import Mesh
@@ -50,10 +51,61 @@ class Estimate:
             f"overlap {self.overlap}); memory {self.memory}"
         )
 
+    def __repr__(self) -> str:
+        from workbench.core import display as d
+
+        m = self.memory
+        kinds = "; ".join(f"{k} {format_seconds(v)}" for k, v in self.by_kind.items() if v)
+        fits = "fits" if m.fits else "DOES NOT FIT"
+        body = [
+            f"compute {format_seconds(self.compute_s)}, communication "
+            f"{format_seconds(self.communication_s)} ({kinds or 'none'}), overlap {self.overlap}",
+            f"peak memory {d.format_bytes(m.peak)} of {d.format_bytes(m.capacity)} ({fits})",
+            "at the peak: "
+            + ", ".join(f"{k} {d.format_bytes(v)}" for k, v in m.at_peak.items() if v),
+            f"{self.flops:.3g} flops, {self.kernels} kernels, {len(self.collectives)} collectives",
+        ]
+        head = f"Estimate on {self.hardware}: step {format_seconds(self.step_s)} per device"
+        return d.lines(head, [d.clip(b) for b in body])
+
+    def _repr_html_(self) -> str:
+        from workbench.core import display as d
+
+        m = self.memory
+        time = [("step", format_seconds(self.step_s)), ("compute", format_seconds(self.compute_s))]
+        time += [(k, format_seconds(v)) for k, v in self.by_kind.items() if v]
+        time += [("overlap", self.overlap), ("flops", f"{self.flops:.3g}")]
+        mem = [("peak", f"{d.format_bytes(m.peak)} of {d.format_bytes(m.capacity)}")]
+        mem += [(k, d.format_bytes(v)) for k, v in m.at_peak.items() if v]
+        slow = sorted(self.collectives, key=lambda c: -c.total_s)[:20]
+        colls = d.table(
+            ("kind", "axes", "bytes", "count", "time"),
+            (
+                (
+                    c.collective.kind,
+                    "+".join(c.collective.axes),
+                    d.format_bytes(c.collective.bytes),
+                    c.collective.count,
+                    format_seconds(c.total_s),
+                )
+                for c in slow
+            ),
+        )
+        return d.panel(
+            f"Estimate on {self.hardware}: step {format_seconds(self.step_s)} per device",
+            d.table(("time", ""), time),
+            d.table(("memory at the peak", ""), mem),
+            d.details(f"the {len(slow)} slowest of {len(self.collectives)} collectives", colls),
+        )
+
 
 @without_gc
 def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="none") -> Estimate:
-    """The simulator's estimate of one step (see the package's README.md)."""
+    """The simulator's estimate of one step (see the package's README.md). ``hardware``: a
+    `Hardware` or a preset's name (`workbench.core.hardware.resolve`); ``overlap``: a policy
+    of `OVERLAPS` or a fraction in [0, 1]. Both are checked before any work."""
+    hardware = resolve(hardware)
+    overlap = check_overlap(overlap)
     compute = Compute(program, mesh, state, plan, hardware)
     communication = Communication(program, mesh, state, plan, hardware)
     liveness = Liveness(program, mesh, state, plan, hardware, communication)

@@ -12,12 +12,14 @@ from workbench.core.hardware.collectives import (
     reduce_scatter_time,
 )
 from workbench.core.hardware.levels import KINDS, TOPOLOGIES, HardwareError, Link
+from workbench.core.hardware.names import find_preset, preset_names, preset_table, resolve
 from workbench.core.hardware.presets import (
     A100,
     CPU,
     H100,
     H200,
     PRESETS,
+    SHORT_NAMES,
     TPU_V4,
     TPU_V5E,
     TPU_V5P,
@@ -38,6 +40,7 @@ __all__ = [
     "H200",
     "KINDS",
     "PRESETS",
+    "SHORT_NAMES",
     "TOPOLOGIES",
     "TPU_V4",
     "TPU_V5E",
@@ -52,6 +55,10 @@ __all__ = [
     "all_to_all_time",
     "collective_time",
     "dtype_name",
+    "find_preset",
     "permute_time",
+    "preset_names",
+    "preset_table",
     "reduce_scatter_time",
+    "resolve",
 ]

@@ -29,8 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from workbench.core.errors import InputError, given
 from workbench.core.hardware.fit import fit_link
-from workbench.core.hardware.levels import KINDS, Link
+from workbench.core.hardware.levels import KINDS, HardwareError, Link
 from workbench.core.hardware.measure import (
     fresh_buffer_threshold,
     measure_collectives,
@@ -42,7 +43,12 @@ from workbench.core.hardware.measure import (
     memory_capacity,
 )
 from workbench.core.hardware.presets.citations import XLA_COMBINE, XLA_CPU_COMBINE
-from workbench.core.hardware.spec import XLA_COMBINE_BYTES, XLA_CPU_COMBINE_BYTES, Hardware
+from workbench.core.hardware.spec import (
+    XLA_COMBINE_BYTES,
+    XLA_CPU_COMBINE_BYTES,
+    Hardware,
+    dtype_name,
+)
 
 
 def calibrate(
@@ -53,7 +59,7 @@ def calibrate(
     collectives: bool = True,
 ) -> Hardware:
     """Measure ``devices`` (default: all of ``jax.devices()``) and return their spec."""
-    devices = list(devices if devices is not None else jax.devices())
+    devices = _checked(devices, quick, dtypes, collectives)
     mesh = jax.sharding.Mesh(np.array(devices), ("d",))
     n = len(devices)
     kind = devices[0].device_kind
@@ -162,3 +168,33 @@ def calibrate(
 
 def _sizes(nbytes: Sequence[int]) -> str:
     return ", ".join(f"{b / 2**20:g} MiB" for b in nbytes)
+
+
+def _checked(devices, quick, dtypes, collectives) -> list:
+    """``calibrate``'s arguments checked before anything is measured; the devices."""
+    found = jax.devices() if devices is None else devices
+    if not (
+        isinstance(found, Sequence)
+        and found
+        and all(isinstance(d, jax.Device) for d in found)
+        and len(set(found)) == len(found)
+        and len({d.platform for d in found}) == 1
+    ):
+        raise InputError(
+            f"calibrate(devices={given(devices)}): give distinct JAX devices of one platform, "
+            "e.g. jax.devices() or jax.devices()[:4], or None for all attached."
+        )
+    for what, flag in (("quick", quick), ("collectives", collectives)):
+        if not isinstance(flag, bool):
+            raise InputError(f"calibrate({what}={given(flag)}): give True or False.")
+    ok = isinstance(dtypes, Sequence) and not isinstance(dtypes, str) and len(dtypes) > 0
+    try:
+        ok = ok and all(dtype_name(d) for d in dtypes)
+    except HardwareError:
+        ok = False
+    if not ok:
+        raise InputError(
+            f"calibrate(dtypes={given(dtypes)}): give a list of dtype names to time matmuls "
+            "in, e.g. ('float32', 'bfloat16')."
+        )
+    return list(found)

@@ -12,14 +12,15 @@ import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import InputError
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 TOPOLOGIES = ("switch", "torus")
 
 
-class HardwareError(WorkbenchError, ValueError):
-    """A hardware spec was described wrongly, or asked for something it does not have."""
+class HardwareError(InputError):
+    """A hardware spec was described wrongly, or asked for something it does not have
+    (an `InputError`, so also a ``ValueError``)."""
 
 
 @dataclass(frozen=True, slots=True)

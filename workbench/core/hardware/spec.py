@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import jax.numpy as jnp
 
-from workbench.core.errors import MeshError
+from workbench.core.errors import MeshError, given
 from workbench.core.hardware.levels import (
     HardwareError,
     Link,
@@ -69,6 +69,7 @@ class Hardware:
     fuses_per_reader: bool = False
 
     def __post_init__(self):
+        _check_kinds(self)
         flops = {dtype_name(k): v for k, v in dict(self.flops).items()}
         object.__setattr__(self, "sources", dict(self.sources))
         object.__setattr__(self, "links", tuple(self.links))
@@ -81,9 +82,10 @@ class Hardware:
         object.__setattr__(self, "flops", {k: float(v) for k, v in flops.items()})
         for what in ("hbm_bandwidth", "memory_bytes"):
             if not positive(getattr(self, what)):
+                unit = "bytes per second" if what == "hbm_bandwidth" else "bytes"
                 raise HardwareError(
-                    f"hardware {self.name!r} has {what}={getattr(self, what)!r}; "
-                    "it must be a positive number of bytes (per second)."
+                    f"hardware {self.name!r} has {what}={given(getattr(self, what))}; "
+                    f"it must be a positive, finite number of {unit}."
                 )
         if not self.links or not all(isinstance(x, Link) for x in self.links):
             raise HardwareError(
@@ -149,8 +151,8 @@ class Hardware:
             size = per_node if i == 0 and x.group_size is None else x.group_size
             mine = dataclasses.replace(x, group_size=size)
             flat = _flat_keys(mine, first=i == 0)
-            given = {key: self.sources[k] for key, k in flat.items() if k in self.sources}
-            sources = given | dict(x.sources)
+            filed = {key: self.sources[k] for key, k in flat.items() if k in self.sources}
+            sources = filed | dict(x.sources)
             self.sources.update({flat[key]: text for key, text in sources.items() if key in flat})
             levels.append(dataclasses.replace(mine, sources=sources))
         object.__setattr__(self, "links", tuple(levels))
@@ -259,6 +261,7 @@ class Hardware:
         """A copy where the given mesh axes use the named links, e.g.
         ``H100.with_axis_links({"model": "nvlink", "batch": "infiniband"})``.
         Merges with earlier choices; the newer wins."""
+        _check_mapping(self, "with_axis_links", mapping, '{"model": "nvlink"}')
         for axis, link_name in mapping.items():
             if not isinstance(axis, str):
                 raise HardwareError(f"mesh axis names are strings; got {axis!r}.")
@@ -269,6 +272,7 @@ class Hardware:
     def with_group_sizes(self, sizes: Mapping[str, int | None]) -> Hardware:
         """A copy where the named levels join other numbers of groups, e.g.
         ``H100.with_group_sizes({"nvlink": 16})`` for 16 GPUs per NVLink node."""
+        _check_mapping(self, "with_group_sizes", sizes, '{"nvlink": 16}')
         for name in sizes:
             self._link_named(name)
         links = tuple(
@@ -330,6 +334,39 @@ class Hardware:
         raise HardwareError(
             f"hardware {self.name!r} has no link named {name!r}; "
             f"its links are {[x.name for x in self.links]}."
+        )
+
+
+def _check_kinds(hw: Hardware) -> None:
+    """The fields whose type the checks of figures do not cover: a name, mappings, links."""
+    if not (isinstance(hw.name, str) and hw.name):
+        raise HardwareError(f"a hardware spec needs a name, e.g. 'my GPU'; got {given(hw.name)}.")
+    for what, example in (
+        ("flops", "{'bfloat16': 1e15}"),
+        ("sources", "{'flops.bfloat16': 'url'}"),
+    ):
+        if not isinstance(getattr(hw, what), Mapping):
+            raise HardwareError(
+                f"hardware {hw.name!r} has {what}={given(getattr(hw, what))}; give a dict, "
+                f"e.g. {example}."
+            )
+    if isinstance(hw.links, Link | str) or not isinstance(hw.links, Iterable):
+        raise HardwareError(
+            f"hardware {hw.name!r} has links={given(hw.links)}; give a tuple of Link levels, "
+            "innermost first, e.g. (Link('nvlink', 4.5e11, 1e-6, group_size=8),)."
+        )
+    if not isinstance(hw.fuses_per_reader, bool):
+        raise HardwareError(
+            f"hardware {hw.name!r} has fuses_per_reader={given(hw.fuses_per_reader)}; "
+            "give True (a CPU compiler's fusion) or False (GPU and TPU)."
+        )
+
+
+def _check_mapping(hw: Hardware, method: str, mapping, example: str) -> None:
+    if not isinstance(mapping, Mapping):
+        raise HardwareError(
+            f"{hw.name!r}.{method}({given(mapping)}): give a dict, e.g. {method}({example}); "
+            f"the links are {[x.name for x in hw.links]}."
         )
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from workbench.core.dtypes import impl_name, is_extended, key_data, words
-from workbench.core.errors import WorkbenchError
+from workbench.core.lowering.arguments import checked_arguments
 from workbench.core.lowering.explicit import spec
 from workbench.core.lowering.interpret import Interpreter
 from workbench.core.lowering.rounding import reference_with_scales
@@ -77,6 +77,63 @@ class RunResult:
             f"compile {format_seconds(self.compile_time_s)}, peak memory per device {format_bytes(mem)}"
             + ("" if self.matches else "\n" + str(self.verdict))
             + "".join(f"\nnote: {n}" for n in self.notes)
+        )
+
+    def _peak(self) -> int:
+        return self.memory.get("peak_memory_in_bytes") or self.memory.get("temp_size_in_bytes", 0)
+
+    def __repr__(self) -> str:
+        from workbench.core import display as d
+
+        head = f"RunResult: {self.lowering} run on {self.device}: outputs " + (
+            "agree" if self.matches else f"DIFFER ({len(self.differing)} out of tolerance)"
+        )
+        body = [
+            f"step {format_seconds(self.step_time_s)} (median of {len(self.times_s)}"
+            f"{self.loop_text()}), compile {format_seconds(self.compile_time_s)}",
+            f"peak memory per device {format_bytes(self._peak())}; against the unpartitioned: "
+            f"max abs error {self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g}",
+        ]
+        body += [f"differs: {c}" for c in self.differing[:3]]
+        if len(self.differing) > 3:
+            body.append(f"... and {len(self.differing) - 3} more (result.differing)")
+        if self.verdict.first:
+            body.append(f"first differing value: {self.verdict.first}")
+        body += [f"note: {n}" for n in self.notes]
+        return d.lines(head, [d.clip(b) for b in body], hint="str(result)")
+
+    def _repr_html_(self) -> str:
+        from workbench.core import display as d
+
+        facts = [
+            ("outputs", "agree" if self.matches else "DIFFER"),
+            ("step", f"{format_seconds(self.step_time_s)} (median of {len(self.times_s)})"),
+            ("timed as", self.loop_text().lstrip(", ")),
+            ("compile", format_seconds(self.compile_time_s)),
+            ("peak memory per device", format_bytes(self._peak())),
+            ("max abs / rel error", f"{self.max_abs_error:.3g} / {self.max_rel_error:.3g}"),
+        ]
+        if self.verdict.first:
+            facts.append(("first differing value", self.verdict.first))
+        facts += [("note", n) for n in self.notes]
+        checks = d.table(
+            ("output", "role", "agrees", "error", "allowed", "why"),
+            (
+                (c.name, c.role, "yes" if c.ok else "NO", f"{c.error:.2g}", f"{c.allowed:.2g}", c)
+                for c in sorted(self.verdict.checks, key=lambda c: c.ok)
+            ),
+        )
+        return d.panel(
+            f"{self.lowering} run on {self.device}",
+            d.facts(facts),
+            d.details(f"{len(self.verdict.checks)} outputs checked against float64", checks),
+            d.details(
+                "memory per device (XLA)",
+                d.table(
+                    ("", "bytes"),
+                    ((k.replace("_in_bytes", ""), format_bytes(v)) for k, v in self.memory.items()),
+                ),
+            ),
         )
 
     def loop_text(self) -> str:
@@ -348,14 +405,8 @@ def run(
     reads the previous step's outputs in their place. The arrays given are copied, never
     consumed. Without it, every step runs on the same inputs and donates nothing."""
     program = session.program
-    flat = (
-        example_inputs(program) if args is None else [jnp.asarray(a) for a in jax.tree.leaves(args)]
-    )
-    if len(flat) != len(program.inputs):
-        raise WorkbenchError(
-            f"run got {len(flat)} input arrays but {program.name} takes {len(program.inputs)}; pass the "
-            "same pytree of arguments that capture was given."
-        )
+    flat = checked_arguments(session, lowering, args, repeats, devices, training_loop)
+    flat = example_inputs(program) if flat is None else flat
     step = TrainingStep(
         session, flat, lowering=lowering, devices=devices, training_loop=training_loop
     )

@@ -93,6 +93,58 @@ class AutoReport:
         lines += [f"  {text}" for text in self.winner.conflicts]
         return "\n".join(lines)
 
+    def _ranked(self) -> list[Candidate]:
+        """The candidates that apply, best score first (the winner first), then the rest."""
+        ok = sorted((c for c in self.candidates if c.applies), key=lambda c: -c.score)
+        ok.sort(key=lambda c: c is not self.winner)
+        return ok + [c for c in self.candidates if not c.applies]
+
+    def __repr__(self) -> str:
+        from workbench.core import display as d
+
+        w = self.winner
+        head = (
+            f"AutoReport: {self.auto} chose {w.name}: step {format_seconds(w.step_s)}, "
+            f"peak {format_bytes(w.peak)} (best of {len(self.candidates)} candidates)"
+        )
+        body = [d.clip(self.why, d.WIDTH - 4)]
+        body += [d.clip(f"{'*' if c is w else ' '} {c}", d.WIDTH - 4) for c in self._ranked()[:6]]
+        rest = len(self.candidates) - 6
+        if rest > 0:
+            body.append(f"... and {rest} more (str(report) lists every one)")
+        body += [d.clip(f"conflict: {t}", d.WIDTH - 4) for t in w.conflicts[:3]]
+        return d.lines(d.clip(head, 2 * d.WIDTH), body, hint="str(report)")
+
+    def _repr_html_(self) -> str:
+        from workbench.core import display as d
+
+        def row(c: Candidate):
+            if not c.applies:
+                return (c.name, "", "", "", c.error)
+            extra = f"{len(c.conflicts)} conflict(s)" if c.conflicts else ""
+            return (
+                ("* " if c is self.winner else "") + c.name,
+                format_seconds(c.step_s),
+                format_bytes(c.peak),
+                f"{c.score:.3g}",
+                extra,
+            )
+
+        ranked = self._ranked()
+        ok = [row(c) for c in ranked if c.applies]
+        no = [row(c) for c in ranked if not c.applies]
+        headers = ("candidate", "step", "peak", "score", "conflicts / why not")
+        parts = [d.facts([("won", self.winner.name), ("why", self.why)]), d.table(headers, ok)]
+        if self.winner.conflicts:
+            rows = ((t,) for t in self.winner.conflicts)
+            parts.append(d.details("the winner's conflicts", d.table(("conflict",), rows)))
+        if no:
+            parts.append(d.details(f"{len(no)} do not apply", d.table(headers, no)))
+        parts.append(
+            d.details("tactics decided", d.table(("tactic",), ((t,) for t in self.tactics)))
+        )
+        return d.panel(f"{self.auto} compared {len(self.candidates)} candidates", *parts)
+
 
 def price(program, mesh, start, name: str, tactics, search) -> Candidate:
     """``tactics`` applied to ``start`` as one step and priced as ``search`` prices a state."""

@@ -41,6 +41,7 @@ from workbench.core.layout.state import State
 from workbench.core.plan.plan import build_plan
 from workbench.core.propagate.tactics import Tactic, Tile, apply_tactic
 from workbench.core.search import candidates
+from workbench.core.search.arguments import check_auto, check_axes, hardware_of
 from workbench.core.search.candidates import AutoReport
 from workbench.core.search.groups import Group, decision_groups
 
@@ -142,11 +143,9 @@ class Search:
     number of prefix states kept (default: what ``STATE_CACHE_VALUES`` allows)."""
 
     def __init__(self, program, mesh, state, auto: Auto, state_cache: int | None = None):
-        from workbench.core import hardware as presets
-
         self.start = time.perf_counter()
         self.program, self.mesh, self.auto = program, mesh, auto
-        self.hardware = auto.hardware or presets.H100
+        self.hardware = hardware_of(auto)
         self.groups = []
         for axis in auto.axes:
             self.groups += merge_small(
@@ -424,8 +423,10 @@ class Auto(Tactic):
 
     ``goal`` "time" minimises the simulated step time, "memory" the peak memory per device;
     ``memory_limit`` (bytes per device) penalises strategies that exceed it. ``budget`` caps
-    the simulator evaluations and ``seconds`` the wall time; ``callback(Progress)`` reports
-    after each episode. ``inputs`` selects the inputs the search may decide. What it
+    the simulator evaluations (1 to ``MAX_BUDGET``) and ``seconds`` the wall time (up to
+    ``MAX_SECONDS``); ``callback(Progress)`` reports after each episode (an exception it
+    raises, a KeyboardInterrupt too, stops the search and leaves the session as it was).
+    ``inputs`` selects the inputs the search may decide. What it
     decides is the best of the search's find and every registered named strategy on its
     axes (``candidates``); ``report`` lists them.
     """
@@ -437,28 +438,15 @@ class Auto(Tactic):
     seconds: float | None = None
     seed: int = 0
     inputs: str = "**"
-    hardware: object = None  # a workbench.core.hardware.spec.Hardware; default H100
+    hardware: object = None  # a Hardware or a preset's name; default H100
     exploration: float = 0.5
     callback: Callable[[Progress], None] | None = field(
         default=None, compare=False, hash=False, repr=False
     )
 
     def __post_init__(self):
-        if isinstance(self.axes, str):
-            object.__setattr__(self, "axes", (self.axes,))
-        elif isinstance(self.axes, list | tuple):
-            object.__setattr__(self, "axes", tuple(self.axes))
-        if not (
-            isinstance(self.axes, tuple)
-            and self.axes
-            and all(isinstance(a, str) for a in self.axes)
-        ):
-            raise TacticError(
-                f"Auto needs a mesh axis name or a list of them, e.g. Auto('model'); "
-                f"got axes={self.axes!r}."
-            )
-        if self.goal not in ("time", "memory"):
-            raise TacticError(f"{self}: goal must be 'time' or 'memory'; got {self.goal!r}.")
+        object.__setattr__(self, "axes", check_axes(self.axes))
+        check_auto(self)
 
     @property
     def axis(self) -> str:
