@@ -17,7 +17,7 @@ CORE = ROOT / "core"
 #: priced (estimate), searched, lowered and run, checked against XLA and exported (io); the
 #: session is core's face.
 FLOORS = (
-    {"errors", "units", "gcpause", "dtypes", "caches"},
+    {"errors", "units", "gcpause", "dtypes", "caches", "display"},
     {"layout"},
     {"ops"},
     {"anatomy"},
@@ -165,6 +165,7 @@ def test_the_public_face_is_unchanged():
             *("BP", "EMB", "MP", "MQ", "SP", "Z2", "Z3", "Atomic", "Auto", "Imported", "Mesh"),
             *("Program", "Replicate", "Role", "Session", "Sharding", "Tactic", "Tile"),
             *("Workbench", "WorkbenchError", "capture", "hardware", "partition", "tag"),
+            *("InputError", "LimitError", "FileFormatError", "DeviceError"),
         ]
     )
     for name in wb.__all__:

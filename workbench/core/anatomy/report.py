@@ -1,9 +1,14 @@
 """What the workbench sees in a program, as findings people read: the anatomy's state and
-data roles, then each attention, the MLP splits, embeddings, output heads and blocks."""
+data roles, then each attention, the MLP splits, embeddings, output heads and blocks.
+``report`` returns them as ``Findings``: a list that displays as a table of roles,
+evidence and confidence."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from workbench.core import display as d
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +22,63 @@ class Finding:
     confidence: float
 
 
-def report(anatomy) -> list[Finding]:
+class Findings(list):
+    """A list of ``Finding`` that reads as a table: role, values (the first named, from
+    ``program``), dimension, confidence and evidence."""
+
+    def __init__(self, items: Iterable[Finding] = (), program=None):
+        super().__init__(items)
+        self.program = program
+
+    def _values(self, f: Finding, width: int = 32) -> str:
+        if not f.values:
+            return "none"
+        first = f.values[0]
+        if self.program is not None:
+            first = d.clip_left(self.program.values[first].name, width)
+        return f"{first}" + (f" +{len(f.values) - 1}" if len(f.values) > 1 else "")
+
+    @staticmethod
+    def _dim(f: Finding) -> str:
+        return "" if f.dim is None else f"dim {f.dim}"
+
+    def __repr__(self) -> str:
+        head = f"Anatomy report: {len(self)} findings (role, values, dim, confidence, evidence)"
+        rows = [
+            (f.role, self._values(f, 24), self._dim(f), f"{f.confidence:.0%}", f.evidence)
+            for f in self
+        ]
+        body = d.text_table(rows, (16, 30, 6, 4, 56))
+        return d.lines(head, body, hint="each a Finding: report()[i]")
+
+    def _repr_html_(self) -> str:
+        rows = (
+            (
+                f.role,
+                len(f.values),
+                self._values(f, 48),
+                self._dim(f),
+                f"{f.confidence:.0%}",
+                f.evidence,
+            )
+            for f in self
+        )
+        every = d.table(
+            ("role", "value"),
+            (
+                (f.role, self.program.values[v].name if self.program is not None else v)
+                for f in self
+                for v in f.values
+            ),
+        )
+        return d.panel(
+            f"Anatomy report: {len(self)} findings",
+            d.table(("role", "values", "first", "dim", "confidence", "evidence"), rows),
+            d.details("every value of each finding", every),
+        )
+
+
+def report(anatomy) -> Findings:
     """The anatomy's findings, with its layers' (see the module docstring)."""
     layers = anatomy.layers
     out = [_current(anatomy, f) for f in anatomy.findings]
@@ -84,7 +145,7 @@ def report(anatomy) -> list[Finding]:
                 0.85,
             )
         )
-    return out
+    return Findings(out, getattr(anatomy, "program", None))
 
 
 def _current(anatomy, finding: Finding) -> Finding:
