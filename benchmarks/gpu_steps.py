@@ -192,7 +192,7 @@ def main():
         f"{MESH} mesh",
         flush=True,
     )
-    out = open(args.out, "a") if args.out else None
+    out = open(args.out, "a") if args.out else None  # noqa: SIM115 - rows stream out as measured
     rows = []
     for name, make in models(args.small).items():
         try:

@@ -97,7 +97,7 @@ def test_traits_replace_the_old_lists():
 
     assert having("transparent") == {
         "convert_element_type", "reshape", "transpose", "copy", "copy_p", "name", "squeeze",
-        "expand_dims", "reduce_precision", "sharding_constraint",
+        "expand_dims", "reduce_precision", "sharding_constraint", "reshard",
     }  # fmt: skip
     assert having("random") == {
         "random_wrap", "random_seed", "random_bits", "random_split", "random_fold_in",
@@ -110,7 +110,7 @@ def test_traits_replace_the_old_lists():
     assert having("contraction") == {"dot_general"}
     assert having("convolution") == {"conv_general_dilated"}
     assert having("lookup") == {"gather"} and having("accumulates") == {"add_any"}
-    assert having("constraint") == {"sharding_constraint"} and having("cast") == {
+    assert having("constraint") == {"sharding_constraint", "reshard"} and having("cast") == {
         "convert_element_type"
     }
     assert having("broadcasts") == {"broadcast_in_dim", "iota", "tile"} and having("permutes") == {

@@ -10,7 +10,7 @@ lines, renamed locals, code moved into helpers.
 
 from __future__ import annotations
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import InputError, WorkbenchError, given
 from workbench.core.io.structure import SOURCE, structural_keys
 from workbench.core.lowering.constrained import SPATIAL_CONV_FAULTY, spatial_tilings
 from workbench.core.ops import calls
@@ -135,6 +135,136 @@ def partitioned(fn, mesh=None):
 '''
 
 
+_EXPLICIT = '''"""Shardings of {name!r} on a {mesh_text} mesh in JAX's explicit sharding mode,
+exported by workbench. Needs only JAX.
+
+    mesh = make_mesh()                  # axes of AxisType.Explicit
+    step = partitioned(train_step, mesh)
+    out = step(*args)                   # arguments placed with IN_SPECS, run under the mesh
+
+Every value's type carries its sharding: ops that take ``out_sharding=`` (or a created
+array's ``sharding``, a ``reshard``'s target) are given the planned one, and any other
+result whose type is not the planned one is resharded (``jax.sharding.reshard``).
+"""
+
+import contextlib
+import hashlib
+
+import jax
+import numpy as np
+from jax.extend.core import Literal
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+AXES = {axes!r}
+SHAPE = {shape!r}
+
+# one spec per leaf of the arguments and of the outputs, in jax.tree_util order
+IN_SPECS = [
+{in_specs}
+]
+OUT_SPECS = [
+{out_specs}
+]
+# structural key of every value the step computes (see structural_keys) -> its spec
+SPECS = {{
+{constraints}
+}}
+# primitives whose callee is entered, and the parameter holding it
+CALLS = {calls!r}
+# whether the step is written for explicit sharding (traced under the mesh, as it was
+# captured) or for the compiler's propagation (traced without one)
+TRACE_IN_MESH = {in_mesh!r}
+# parameters that name a result's layout
+LAYOUT_PARAMS = ("out_sharding", "sharding", "dst_sharding")
+
+{structure}
+
+
+def make_mesh(devices=None):
+    """A mesh of SHAPE with Explicit axes over ``devices`` (default: every device)."""
+    devices = jax.devices() if devices is None else list(devices)
+    if len(devices) != int(np.prod(SHAPE)):
+        raise ValueError(f"this strategy needs {{int(np.prod(SHAPE))}} devices ({{dict(zip(AXES, SHAPE))}}); {{len(devices)}} are attached")
+    grid = np.asarray(devices, dtype=object).reshape(SHAPE)
+    return Mesh(grid, AXES, axis_types=(AxisType.Explicit,) * len(AXES))
+
+
+def _evaluate(jaxpr, consts, args, mesh, keys, seen):
+    """Evaluate a jaxpr with each result in its planned sharding (SPECS); ``keys``: an
+    iterator over structural_keys; ``seen``: the keys met."""
+    env = {{}}
+
+    def read(v):
+        return v.val if isinstance(v, Literal) else env[v]
+
+    env.update(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+    for eqn in jaxpr.eqns:
+        values = [read(v) for v in eqn.invars]
+        param = CALLS.get(eqn.primitive.name)
+        if param is not None and param in eqn.params:
+            sub = eqn.params[param]
+            outs = _evaluate(getattr(sub, "jaxpr", sub), getattr(sub, "consts", ()), values, mesh, keys, seen)
+        else:
+            result_keys = next(keys)
+            specs = [SPECS.get(key) for key in result_keys]
+            seen.update(key for key in result_keys if key in SPECS)
+            params = dict(eqn.params)
+            if len(specs) == 1 and specs[0] is not None:
+                for name in LAYOUT_PARAMS:
+                    if name in params:
+                        params[name] = NamedSharding(mesh.abstract_mesh, specs[0])
+            outs = eqn.primitive.bind(*values, **params)
+            outs = list(outs) if eqn.primitive.multiple_results else [outs]
+            for j, (spec, out) in enumerate(zip(specs, outs)):
+                have = getattr(jax.typeof(out), "sharding", None)
+                if spec is not None and (have is None or have.spec != spec):
+                    outs[j] = jax.sharding.reshard(out, NamedSharding(mesh, spec))
+        env.update(zip(eqn.outvars, outs))
+    return [read(v) for v in jaxpr.outvars]
+
+
+def partitioned(fn, mesh=None):
+    """``fn`` run in explicit mode on ``mesh``: arguments placed with IN_SPECS, every value
+    in its planned sharding, outputs in OUT_SPECS."""
+    mesh = make_mesh() if mesh is None else mesh
+    cache = {{}}
+
+    def call(*args):
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        if tree not in cache:
+            shapes = [jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in leaves]
+            with jax.set_mesh(mesh) if TRACE_IN_MESH else contextlib.nullcontext():
+                closed = jax.make_jaxpr(fn)(*jax.tree_util.tree_unflatten(tree, shapes))
+                out_tree = jax.tree_util.tree_structure(jax.eval_shape(fn, *args))
+            keys = structural_keys(closed, CALLS)
+
+            def flat(*xs):
+                seen = set()
+                outs = _evaluate(closed.jaxpr, closed.consts, xs, mesh, iter(keys), seen)
+                if len(seen) != len(SPECS):
+                    raise ValueError(
+                        f"{{len(SPECS) - len(seen)}} of the {{len(SPECS)}} planned values are not "
+                        "computed by this function: these shardings were exported for another step"
+                    )
+                return outs
+
+            out_shardings = [NamedSharding(mesh, s) for s in OUT_SPECS]
+            cache[tree] = (jax.jit(flat, out_shardings=out_shardings), out_tree)
+        jitted, out_tree = cache[tree]
+        placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(leaves, IN_SPECS)]
+        with jax.set_mesh(mesh):
+            outs = jitted(*placed)
+        return jax.tree_util.tree_unflatten(out_tree, outs)
+
+    return call
+'''
+
+#: what ``export_jax(mode=...)`` writes
+MODES = ("constrained", "explicit")
+
+
 def _spec_code(sharding) -> str:
     parts = []
     for axes in sharding.dims:
@@ -149,10 +279,17 @@ def _spec_code(sharding) -> str:
     return f"P({', '.join(parts)})"
 
 
-def export_jax(session) -> str:
-    """A standalone module applying this session's shardings with plain JAX; where they tile
-    a convolution spatially, it says so and refuses to run on a backend XLA gets that wrong
-    on (``lowering.constrained.SPATIAL_CONV_FAULTY``)."""
+def export_jax(session, mode: str = "constrained") -> str:
+    """A standalone module applying this session's shardings with plain JAX. ``mode``:
+    "constrained" (jit with sharding constraints; where they tile a convolution spatially,
+    it refuses to run on a backend XLA gets that wrong on, ``SPATIAL_CONV_FAULTY``) or
+    "explicit" (JAX's explicit sharding: a mesh of Explicit axes, every value's planned
+    sharding in its type, ``reshard`` where a type is not the planned one)."""
+    if mode not in MODES:
+        raise InputError(
+            f"export_jax: mode {given(mode)} is not one of {MODES}; pass 'constrained' (jit "
+            "with sharding constraints) or 'explicit' (JAX's explicit sharding mode)."
+        )
     program, state, mesh = session.program, session.state, session.mesh
     in_specs = [
         f"    {_spec_code(state.shardings[v])},  # {program.values[v].name!r}"
@@ -166,8 +303,21 @@ def export_jax(session) -> str:
     for op_id, keys in zip(program.body, op_keys(program)):
         for v, key in zip(program.ops[op_id].results, keys):
             s = state.shardings[v]
-            if s.tiled_axes:
+            if s.tiled_axes or mode == "explicit":
                 constraints.append(f"    {key!r}: {_spec_code(s)},  # {program.values[v].name!r}")
+    if mode == "explicit":
+        return _EXPLICIT.format(
+            name=program.name,
+            mesh_text=str(dict(mesh.axes)),
+            axes=mesh.names,
+            shape=mesh.sizes,
+            in_specs="\n".join(in_specs),
+            out_specs="\n".join(out_specs),
+            constraints="\n".join(constraints),
+            calls=calls(),
+            in_mesh=written_explicit(program),
+            structure=SOURCE,
+        )
     spatial = [f"    {str(t)!r}," for t in spatial_tilings(program, state)]
     return _TEMPLATE.format(
         name=program.name,
@@ -182,6 +332,15 @@ def export_jax(session) -> str:
         faulty=tuple(sorted(SPATIAL_CONV_FAULTY)),
         structure=SOURCE,
     )
+
+
+def written_explicit(program) -> bool:
+    """Whether the step was captured in JAX's explicit sharding mode: its arguments' types
+    name a mesh with Explicit axes."""
+    from workbench.core.io.imports import explicit_spec
+
+    avals = (v.aval for v in program.jaxpr.jaxpr.invars)
+    return any(explicit_spec(getattr(a, "sharding", None)) is not None for a in avals)
 
 
 def op_keys(program) -> list[tuple[str, ...]]:

@@ -2,6 +2,11 @@
 
 Sources, in the order their tactics enter the schedule (earlier decides first):
 
+- the shardings in the types of a step written in JAX's explicit sharding mode: every
+  argument's and value's type on the mesh's ``Explicit`` axes, which holds what each
+  ``reshard`` (``auto_axes`` and ``explicit_axes`` lower to it) and each ``out_sharding=``
+  asks for; one step, as the types are decided together (an earlier source's propagation
+  would pre-empt a ``reshard`` that moves an axis);
 - ``in_shardings``: a pytree like the arguments (a prefix of it also works: one spec for a
   whole argument) of ``PartitionSpec``s, ``NamedSharding``s or None; or, when the step is a
   ``jax.jit`` function, the ``in_shardings`` it was jitted with;
@@ -17,22 +22,24 @@ explained (``why``) and exported as the tiles it holds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import dataclasses
 
 import jax
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from workbench.core import ops
 from workbench.core.errors import TacticError, WorkbenchError
 from workbench.core.io.specs import logical_leaves, spec_entry
 from workbench.core.ir.selectors import exact
+from workbench.core.ops.elementwise import constraint_target
 from workbench.core.propagate.tactics import Tactic, Tile
 
 #: ``(selector, dim, axis)`` per tile
 Triples = tuple[tuple[str, int, str], ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Imported(Tactic):
     """The tiles a plan the user already has makes, from ``source`` (e.g. "in_shardings"):
     ``tiles`` holds ``(selector, dim, axis)`` triples. They are the user's decisions all at
@@ -165,17 +172,110 @@ def jit_shardings(step, program) -> tuple[list, list] | None:
     )
 
 
-def constraint_tiles(program, mesh) -> Triples:
-    """Tiles for the ``with_sharding_constraint`` calls inside the step."""
+def constraint_tiles(program, mesh, source: str = "with_sharding_constraint") -> Triples:
+    """Tiles for the constraint calls of ``source`` inside the step (see ``ops``'s
+    ``constraint_target``)."""
     names, specs = [], []
     for op in program.walk():
         if not ops.traits(op.primitive).constraint:
             continue
-        spec = _as_spec(op.params.get("sharding"))
+        target = constraint_target(op)
+        spec = _as_spec(target[1]) if target is not None and target[0] == source else None
         if spec is not None:
             names.append(program.values[op.results[0]].name)
             specs.append(spec)
     return tiles_for(names, specs, mesh)
+
+
+def explicit_spec(sharding) -> tuple | None:
+    """What a sharding in a type decides: per dim, its axes that are ``Explicit`` on its
+    mesh (``Auto`` axes are the compiler's to place); None where it decides nothing."""
+    mesh = getattr(sharding, "mesh", None)
+    if not isinstance(sharding, NamedSharding) or mesh is None:
+        return None
+    explicit = {a for a, t in zip(mesh.axis_names, mesh.axis_types) if t == AxisType.Explicit}
+    if not explicit:
+        return None
+    return tuple(
+        tuple(a for a in ((e,) if isinstance(e, str) else (e or ())) if a in explicit)
+        for e in sharding.spec
+    )
+
+
+def typed_values(program) -> list[tuple[int, object]]:
+    """``(value id, aval)`` of the inputs and of every top-level op's results (calls
+    entered, as capture enters them), read off the captured jaxpr."""
+    closed = program.jaxpr
+    out = list(zip(program.inputs, (v.aval for v in closed.jaxpr.invars)))
+    body = iter(program.body)
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            call = ops.traits(eqn.primitive.name).call
+            if call is not None and call.param in eqn.params:
+                sub = eqn.params[call.param]
+                walk(getattr(sub, "jaxpr", sub))
+                continue
+            oid = next(body, None)
+            op = None if oid is None else program.ops[oid]
+            if op is None or op.primitive != eqn.primitive.name:
+                raise WorkbenchError(
+                    f"{program.name}: its jaxpr's equation {eqn.primitive.name} does not line up "
+                    "with the program's ops; the types can be read only from the jaxpr capture "
+                    "walked (capture the step again)."
+                )
+            out.extend(zip(op.results, (v.aval for v in eqn.outvars)))
+
+    walk(closed.jaxpr)
+    return out
+
+
+def type_tiles(program, mesh) -> Triples:
+    """Tiles for the shardings the types carry (JAX's explicit sharding mode)."""
+    names, specs = [], []
+    for v, aval in typed_values(program):
+        spec = explicit_spec(getattr(aval, "sharding", None))
+        if spec is not None and any(spec):
+            names.append(program.values[v].name)
+            specs.append(spec)
+    return tiles_for(names, specs, mesh)
+
+
+def without_types(program):
+    """``program`` free of the user's mesh once its types are read (the schedule holds
+    them): params naming layouts on it dropped (``out_sharding=``, created arrays' types;
+    what every lowering drops) and the example arrays as host copies. Its runs, the
+    unpartitioned ones included, then place every value on the mesh they run on."""
+    from workbench.core.ir.program import DerivedCache
+    from workbench.core.lowering.run import host_copy
+    from workbench.core.ops.local import local_params
+
+    ops_ = tuple(dataclasses.replace(op, params=local_params(op)) for op in program.ops)
+    example = program.example_args
+    return dataclasses.replace(
+        program,
+        ops=ops_,
+        example_args=None if example is None else tuple(host_copy(a) for a in example),
+        cache=DerivedCache(),
+    )
+
+
+def explicit_context(args):
+    """The mesh to trace ``args`` under: none is needed where a context mesh is set or no
+    argument is placed on a mesh of ``Explicit`` axes; else that mesh (a step written for
+    explicit sharding names its axes in ``P(...)``, which JAX resolves on the context mesh)."""
+    if not jax.sharding.get_abstract_mesh().empty:
+        return contextlib.nullcontext()
+    for leaf in jax.tree_util.tree_leaves(args):
+        sharding = getattr(leaf, "sharding", None)
+        mesh = getattr(sharding, "mesh", None)
+        if (
+            isinstance(sharding, NamedSharding)
+            and isinstance(mesh, jax.sharding.Mesh)
+            and AxisType.Explicit in mesh.axis_types
+        ):
+            return jax.set_mesh(mesh)
+    return contextlib.nullcontext()
 
 
 def import_plan(
@@ -191,11 +291,15 @@ def import_plan(
     """``(program, schedule)``: the step captured, and its plan as ``Imported`` steps."""
     from workbench.core.ir.capture import capture
 
-    program = capture(step, *args)
+    with explicit_context(args):
+        program = capture(step, *args)
     arguments = program.in_tree.children()
     inputs = [program.values[v].name for v in program.inputs]
     outputs = [program.values[v].name if isinstance(v, int) else None for v in program.outputs]
-    schedule = []
+    types = type_tiles(program, mesh)
+    if types:
+        program = without_types(program)
+    schedule = [Imported("sharding types", types)]
     jitted = (
         jit_shardings(step, program) if in_shardings is None and out_shardings is None else None
     )

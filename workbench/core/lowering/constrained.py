@@ -16,11 +16,24 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.ir.program import Lit
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.sharding import Sharding
-from workbench.core.lowering.explicit import jax_mesh, spec
+from workbench.core.lowering.explicit import in_mesh, jax_mesh, spec
 from workbench.core.lowering.interpret import Interpreter
+from workbench.core.ops import traits
+from workbench.core.ops.local import bind, local_params
 
 
-class _Constrained(Interpreter):
+class _Global(Interpreter):
+    """At global shapes on our mesh: layouts named in params (explicit sharding's
+    ``out_sharding=``, the types of created arrays) are the user's mesh's, so they go;
+    the lowering places every value itself."""
+
+    def bind(self, op, args):
+        if traits(op.primitive).constraint:  # the plan's own constraints stand for it
+            return list(args)
+        return bind(op, args, local_params(op))
+
+
+class _Constrained(_Global):
     def __init__(self, program, state, jmesh, extra=()):
         super().__init__(program, extra)
         self.state, self.jmesh = state, jmesh
@@ -56,7 +69,10 @@ def lower_constrained(program, mesh: Mesh, state, devices=None, donate=(), probe
         return tuple(interp(*flat))
 
     return jax.jit(
-        fn, in_shardings=in_shardings, out_shardings=out_shardings, donate_argnums=tuple(donate)
+        in_mesh(fn, jmesh),
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
+        donate_argnums=tuple(donate),
     ), jmesh
 
 
@@ -64,13 +80,15 @@ def lower_propagated(program, mesh: Mesh, state, devices=None, donate=(), probes
     """XLA's own propagation from the input shardings alone (for comparison with ours);
     ``donate`` and ``probes`` as for `lower_constrained`."""
     jmesh = jax_mesh(mesh, devices)
-    interp = Interpreter(program, probes)
+    interp = _Global(program, probes)
     in_shardings = tuple(NamedSharding(jmesh, spec(state.shardings[v])) for v in program.inputs)
 
     def fn(*flat):
         return tuple(interp(*flat))
 
-    return jax.jit(fn, in_shardings=in_shardings, donate_argnums=tuple(donate)), jmesh
+    return jax.jit(
+        in_mesh(fn, jmesh), in_shardings=in_shardings, donate_argnums=tuple(donate)
+    ), jmesh
 
 
 #: Backends whose SPMD partitioner computes wrong gradients for a convolution tiled on a
@@ -96,8 +114,6 @@ class SpatialTiling:
 def spatial_tilings(program, state) -> list[SpatialTiling]:
     """Convolutions (by their record's traits) whose operand or result the state tiles on
     a dimension made only of blocked factors of the op's mapping: a windowed spatial dim."""
-    from workbench.core.ops import traits
-
     found = []
     for op in program.walk():
         if not traits(op.primitive).convolution:

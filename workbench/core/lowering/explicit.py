@@ -8,6 +8,8 @@ layouts. What the simulator prices is what runs.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 from jax.sharding import PartitionSpec
@@ -74,18 +76,14 @@ def spec(sharding) -> PartitionSpec:
 
 
 def jax_mesh(mesh: Mesh, devices=None) -> jax.sharding.Mesh:
-    """A ``jax.sharding.Mesh`` over ``devices`` (default: all attached), shaped like ``mesh``."""
-    from workbench.core.errors import MeshError
+    """A ``jax.sharding.Mesh`` over ``devices`` (default: all attached), shaped like ``mesh``;
+    a ``DeviceError`` saying what would work when they are not as many as it spans."""
+    from workbench.core.lowering.arguments import check_devices
 
-    devices = list(jax.devices() if devices is None else devices)
-    if len(devices) != mesh.size:
-        kind = devices[0].platform if devices else "none"
-        raise MeshError(
-            f"{mesh} needs {mesh.size} devices but {len(devices)} {kind} device(s) are attached. "
-            f"Use a mesh whose sizes multiply to {len(devices)}, or, on a CPU, start Python with "
-            f"XLA_FLAGS=--xla_force_host_platform_device_count={mesh.size} (set before jax is imported) "
-            "to get that many virtual devices."
-        )
+    check_devices(mesh, devices)
+    devices = list(
+        jax.devices() if devices is None else np.ravel(np.asarray(devices, dtype=object))
+    )
     return jax.sharding.Mesh(np.asarray(devices, dtype=object).reshape(mesh.sizes), mesh.names)
 
 
@@ -105,4 +103,17 @@ def lower_explicit(program, mesh: Mesh, state, plan: Plan, devices=None, donate=
     mapped = jax.shard_map(
         per_device, mesh=jmesh, in_specs=in_specs, out_specs=out_specs, check_vma=False
     )
-    return jax.jit(mapped, donate_argnums=tuple(donate)), jmesh
+    return jax.jit(in_mesh(mapped, jmesh), donate_argnums=tuple(donate)), jmesh
+
+
+def in_mesh(fn, jmesh: jax.sharding.Mesh):
+    """``fn`` traced with ``jmesh`` as the context mesh, whatever mesh the caller set (a
+    user of JAX's explicit sharding sets one with ``jax.set_mesh``): our lowerings place
+    everything on ``jmesh`` themselves, and JAX checks ops against the context mesh."""
+
+    @functools.wraps(fn)
+    def traced(*args):
+        with jax.sharding.use_abstract_mesh(jmesh.abstract_mesh):
+            return fn(*args)
+
+    return traced

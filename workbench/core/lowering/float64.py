@@ -66,7 +66,7 @@ class Float64(Interpreter):
 
     def bind(self, op: Op, args: list) -> list:
         traits = traits_of(op.primitive)
-        if traits.rounding:  # only rounds: the identity in float64
+        if traits.rounding or traits.constraint:  # only rounds or places: the identity in float64
             return list(args)
         if not traits.bitwise:  # one that means its operands' bits runs at their dtypes, below
             try:

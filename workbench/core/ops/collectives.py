@@ -1,4 +1,4 @@
-"""Collectives over named mesh axes, and the casts of explicit sharding.
+"""Collectives over named mesh axes, and the mesh cast of explicit sharding.
 
 They appear inside per-device programs (``shard_map`` bodies, which capture keeps whole) or
 under JAX's explicit sharding, so a captured program holds them only as barriers. Costs:
@@ -28,4 +28,4 @@ register(
     cost=moves, fusion=KERNEL,
 )(_PER_DEVICE)  # fmt: skip
 register("pvary", cost=free, fusion=BITCAST)(_PER_DEVICE)
-register("mesh_cast", "reshard", cost=free, fusion=KERNEL)(_EXPLICIT)
+register("mesh_cast", cost=free, fusion=KERNEL)(_EXPLICIT)

@@ -164,6 +164,36 @@ def _sharding_constraint_rule(params, operands, results):
     return pointwise(operands, results, linear=((0,),), structural=True)
 
 
+
+@register(
+    "reshard",
+    cost=free,
+    fusion=VANISHES,
+    # JAX's explicit sharding (``jax.sharding.reshard``; ``auto_axes`` and ``explicit_axes``
+    # lower to it): the identity on values, a change of the type's layout. Per device the
+    # plan already holds its target (``io.imports`` reads it), so it is the identity there
+    local=as_it_is,
+    traits=Traits(transparent=True, constraint=True),
+)
+def _reshard_rule(params, operands, results):
+    return pointwise(operands, results, linear=((0,),), structural=True)
+
+
+#: per constraint primitive: the source ``io.imports`` names it by, and the param holding
+#: its target sharding
+CONSTRAINTS = {
+    "sharding_constraint": ("with_sharding_constraint", "sharding"),
+    "reshard": ("reshard", "dst_sharding"),
+}
+
+
+def constraint_target(op) -> tuple[str, object] | None:
+    """``(source, sharding)`` of a constraint op (its record's ``constraint`` trait): the
+    user's call it comes from and the sharding it asks for; None for any other op."""
+    found = CONSTRAINTS.get(op.primitive)
+    return None if found is None else (found[0], op.params.get(found[1]))
+
+
 @register(
     "convert_element_type",
     cost=PerElement(1.0),
