@@ -1,8 +1,11 @@
-"""Random tactic sequences on the zoo's models, lowered explicitly and run on 8 virtual
-devices over meshes of one, two and three axes (one of size 1), compute what the
-unpartitioned programs compute: 200 generated cases a run. The tactics applied are
-counted, so the test cannot pass by having every tactic rejected."""
+"""Random tactic sequences on the zoo's models and the third-party ones (Hugging Face Flax,
+Flax NNX and Linen, Equinox, Haiku: each drawn about twice a run), lowered explicitly and
+run on 8 virtual devices over meshes of one, two and three axes (one of size 1), compute
+what the unpartitioned programs compute: 200 generated cases a run, and one more pair for
+each third-party model added. The tactics applied are counted, so the test cannot pass by
+having every tactic rejected."""
 
+import warnings
 from collections import Counter
 from functools import cache
 
@@ -11,8 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import workbench as wb
+from tests.models import programs as external
 from workbench.core.strategies.named import BP, MP, Z2, Z3
 from workbench.models import build, lm
+from workbench.models.external import EXTERNAL
 
 MESHES = [
     wb.Mesh({"batch": 2, "model": 4}),
@@ -21,8 +26,11 @@ MESHES = [
     wb.Mesh({"a": 2, "b": 2, "c": 2}),
     wb.Mesh({"x": 1, "y": 8}),
 ]
-#: Models weighted by how cheap they are to compile, so 200 cases stay within minutes.
-MODELS = ["mlp"] * 8 + ["gnn"] * 5 + ["cnn"] * 4 + ["lm"] * 2 + ["lm_scan"]
+#: Zoo models weighted by how cheap they are to compile, so 200 cases stay within minutes.
+ZOO = ["mlp"] * 8 + ["gnn"] * 5 + ["cnn"] * 4 + ["lm"] * 2 + ["lm_scan"]
+#: Each third-party model drawn about twice in a run's cases.
+MODELS = ZOO * 9 + sorted(EXTERNAL) * 2
+CASES = 200 + 2 * (len(EXTERNAL) - 13)
 CONFIGS = {
     "lm": lm.Config.preset("tiny", n_layers=1),
     "lm_scan": lm.Config.preset("tiny", n_layers=2),
@@ -34,16 +42,19 @@ MIN_APPLIED = 0.5
 
 @cache
 def program(name: str) -> wb.Program:
+    if name in EXTERNAL:
+        return external.program(name)
     ex = build(name, CONFIGS.get(name, "tiny"))
     return wb.capture(ex.fn, *ex.args)
 
 
 @st.composite
-def tactic(draw, p, mesh):
+def tactic(draw, p, mesh, zoo: bool = True):
     kind = draw(st.sampled_from(KINDS))
     axis = draw(st.sampled_from(mesh.names))
     if kind == "named":
-        named = [BP(axis), Z3(axis), Z2(axis), MP(axis, hidden="params/**/w*")]
+        mp = MP(axis, hidden="params/**/w*") if zoo else MP(axis)  # the zoo's MLP needs one
+        named = [BP(axis), Z3(axis), Z2(axis), mp]
         return kind, draw(st.sampled_from(named))
     candidates = [
         v
@@ -60,7 +71,7 @@ def schedule(data, name, mesh, tally: Counter) -> wb.Session:
     """A session with 1-4 drawn tactics applied (those a session rejects are skipped)."""
     s = wb.Session(program(name), mesh)
     for _ in range(data.draw(st.integers(1, 4), label="tactics")):
-        kind, t = data.draw(tactic(s.program, mesh), label="tactic")
+        kind, t = data.draw(tactic(s.program, mesh, name not in EXTERNAL), label="tactic")
         tally["drawn"] += 1
         try:
             s.apply(t)
@@ -83,7 +94,7 @@ def test_random_schedules_run_and_match():
     tally = Counter()
 
     @settings(
-        max_examples=200,
+        max_examples=CASES,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
         derandomize=False,
@@ -91,11 +102,15 @@ def test_random_schedules_run_and_match():
     @given(st.sampled_from(MODELS), st.sampled_from(MESHES), st.data())
     def case(name, mesh, data):
         s = schedule(data, name, mesh, tally)
-        result = s.run(repeats=1)
+        tally["third-party" if name in EXTERNAL else "zoo"] += 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # third-party libraries' deprecation notes
+            result = s.run(repeats=1)
         assert result.matches, f"{s}\n{result}"
 
     case()
     check_tally(tally)
+    assert tally["third-party"] >= len(EXTERNAL) // 2, f"too few third-party cases: {tally}"
 
 
 def test_the_tally_fails_a_run_that_applied_too_little():
