@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 import workbench as wb
+from workbench import Tile
 from workbench.core.errors import (
     CaptureError,
     HistoryError,
@@ -58,7 +59,9 @@ def test_undo_redo_reset_jump(s):
     s.reset()
     with pytest.raises(HistoryError, match="nothing to undo"):
         s.undo()
-    with pytest.raises(HistoryError, match="step 7 is not in the history; steps go from 0 to 2"):
+    with pytest.raises(
+        HistoryError, match="step 7 is past the end of the history; give a step from 0 to 2"
+    ):
         s.jump(7)
 
 
@@ -103,29 +106,38 @@ BAD_TACTICS = [
         TacticError,
         r"axis 'modle' is not in Mesh\(batch=2, model=4\); did you mean 'model'\?",
     ),
-    (wb.Tile("params/***", 1, "model"), SelectorError, r"selector 'params/\*\*\*' is malformed"),
-    (wb.Tile("params/w**", 1, "model"), SelectorError, r"'\*\*' must be a whole path segment"),
-    (wb.Tile("params/{w_in", 1, "model"), SelectorError, r"unbalanced '\{'"),
-    (wb.Tile("", 1, "model"), SelectorError, r"selector '' is empty"),
-    (
-        wb.Tile(42, 1, "model"),
-        SelectorError,
-        r"a selector must be a name pattern or a list of them; got int",
-    ),
-    (wb.Tile("params/w_in", 1.5, "model"), TacticError, r"dim must be an integer; got float 1.5"),
     ("Tile(params/w_in)", TacticError, r"expected a tactic such as Tile\(selector, dim, axis\)"),
+]
+# tactics refused as they are made (a malformed selector, a dim of the wrong type)
+BAD_TACTICS += [
+    ((Tile, "params/***", 1, "model"), SelectorError, r"selector 'params/\*\*\*' is malformed"),
+    ((Tile, "params/w**", 1, "model"), SelectorError, r"'\*\*' must be a whole path segment"),
+    ((Tile, "params/{w_in", 1, "model"), SelectorError, r"unbalanced '\{'"),
+    ((Tile, "", 1, "model"), SelectorError, r"selector '' is empty"),
+    (
+        (Tile, 42, 1, "model"),
+        SelectorError,
+        r"selector must be a name pattern \(a str\) or a list of them; got 42",
+    ),
+    (
+        (Tile, "params/w_in", 1.5, "model"),
+        TacticError,
+        r"dim must be an integer dimension index .*; got 1\.5",
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    "tactic, error, message", BAD_TACTICS, ids=[str(t[0])[:40] for t in BAD_TACTICS]
+    "tactic, error, message",
+    BAD_TACTICS,
+    ids=[str(t[0][1:] if isinstance(t[0], tuple) else t[0])[:40] for t in BAD_TACTICS],
 )
 def test_bad_tactics_raise_a_clear_error_and_change_nothing(s, tactic, error, message):
     s.apply(wb.Tile("x", 0, "batch"))
     s.undo()  # keep a redo stack around: it must survive the failed tactic too
     before = snapshot(s)
     with pytest.raises(error, match=message) as info:
-        s.apply(tactic)
+        s.apply(tactic[0](*tactic[1:]) if isinstance(tactic, tuple) else tactic)
     assert isinstance(info.value, wb.WorkbenchError)
     assert snapshot(s) == before
 

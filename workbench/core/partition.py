@@ -7,10 +7,12 @@ from collections.abc import Callable, Iterable
 import jax
 from jax.sharding import NamedSharding
 
+from workbench.core.errors import InputError, given
 from workbench.core.ir.capture import bind_arguments, capture
-from workbench.core.layout.mesh import Mesh
+from workbench.core.layout.mesh import Mesh, as_mesh
 from workbench.core.lowering.explicit import spec
-from workbench.core.session import Session
+from workbench.core.propagate.tactics import Tactic, TacticInputError
+from workbench.core.session import LOWERINGS, Session
 
 
 def partition(
@@ -22,8 +24,26 @@ def partition(
     lowers it (explicitly by default: every collective placed by the workbench); later calls
     run the compiled program. ``partitioned.session(*args)`` gives the session behind it.
     """
-    mesh = mesh if isinstance(mesh, Mesh) else Mesh(mesh)
+    if not callable(fn):
+        raise InputError(
+            f"partition takes the function to partition first; got {given(fn)}. Write "
+            "partition(step_fn, mesh, schedule)."
+        )
+    mesh = as_mesh(mesh)
+    if isinstance(schedule, Tactic | str) or not isinstance(schedule, Iterable):
+        raise TacticInputError(
+            f"partition's schedule is a list of tactics; got {given(schedule)}. Write e.g. "
+            "partition(fn, mesh, [BP('batch')])."
+        )
     schedule = list(schedule)
+    if lowering not in LOWERINGS:
+        raise InputError(f"unknown lowering={given(lowering)}; use one of {list(LOWERINGS)}.")
+    for tactic in schedule:  # each one checked now, not at the first call
+        if not isinstance(tactic, Tactic):
+            raise TacticInputError(
+                f"partition's schedule holds {given(tactic)}, which is not a tactic; give "
+                "tactics such as BP('batch') or Tile(selector, dim, axis)."
+            )
     cache: dict = {}
 
     def prepare(args, kwargs):

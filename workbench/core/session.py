@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from numbers import Integral
 
-from jax import sharding as jax_sharding
-
-from workbench.core.errors import HistoryError, WorkbenchError
+from workbench.core.errors import HistoryError, InputError, closest_names, given
 from workbench.core.ir.program import Program
-from workbench.core.layout.mesh import Mesh
+from workbench.core.layout.mesh import Mesh, as_mesh, same_axes
 from workbench.core.layout.sharding import Sharding
 from workbench.core.layout.state import State
 from workbench.core.propagate.explain import ConflictReport, Event, Why, events, report, why
 from workbench.core.propagate.explain import notes as step_notes
-from workbench.core.propagate.tactics import Tactic, apply_tactic
+from workbench.core.propagate.tactics import Tactic, TacticInputError, apply_tactic
+
+LOWERINGS = ("explicit", "constrained", "propagated")
+
+
+class StepError(HistoryError, InputError):
+    """A step that is not one of the history's: not an integer, negative, or past its end."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +59,19 @@ class Session:
         strict: bool = False,
     ):
         if not isinstance(program, Program):
-            raise WorkbenchError(
-                f"Session needs a Program from workbench.capture(fn, *args); got {type(program).__name__}."
+            raise InputError(
+                f"Session needs a Program, as workbench.capture(fn, *args) makes one; got "
+                f"{given(program)}. Write Session(workbench.capture(fn, *args), mesh)."
             )
+        if isinstance(schedule, Tactic | str) or not isinstance(schedule, Iterable):
+            raise TacticInputError(
+                f"a schedule is a list of tactics; got {given(schedule)}. Write e.g. "
+                "Session(program, mesh, [BP('batch')]), or apply one: session.apply(tactic)."
+            )
+        if not isinstance(strict, bool):
+            raise InputError(f"strict must be True or False; got {given(strict)}.")
         self.program = program
-        self.mesh = mesh if isinstance(mesh, Mesh) else Mesh(mesh)
+        self.mesh = as_mesh(mesh)  # a Mesh, {axis: size}, (name, size) pairs or a jax Mesh
         self.strict = strict
         self._states: list[State] = [State.initial(program)]
         self._cursor = 0
@@ -103,13 +116,19 @@ class Session:
 
     def undo(self) -> Session:
         if self._cursor == 0:
-            raise HistoryError("nothing to undo: no tactic is applied.")
+            raise HistoryError(
+                "nothing to undo: no tactic is applied (step 0). Apply one first "
+                "(session.apply(tactic)), or redo() one that was undone."
+            )
         self._cursor -= 1
         return self
 
     def redo(self) -> Session:
         if self._cursor + 1 >= len(self._states):
-            raise HistoryError("nothing to redo: no undone tactic follows this step.")
+            raise HistoryError(
+                f"nothing to redo: no undone tactic follows step {self._cursor}, the last. "
+                "undo() first, or apply a new tactic (session.apply(tactic))."
+            )
         self._cursor += 1
         return self
 
@@ -120,23 +139,43 @@ class Session:
 
     def jump(self, step: int) -> Session:
         """Go to any step of the history (0 = nothing applied)."""
-        if not isinstance(step, int) or not 0 <= step < len(self._states):
-            raise HistoryError(
-                f"step {step!r} is not in the history; steps go from 0 to {len(self._states) - 1}."
-            )
-        self._cursor = step
+        self._cursor = self._step(step)
         return self
 
     def state_at(self, step: int) -> State:
-        if not 0 <= step < len(self._states):
-            raise HistoryError(
-                f"step {step} is not in the history; steps go from 0 to {len(self._states) - 1}."
+        return self._states[self._step(step)]
+
+    def _step(self, step, what: str = "step") -> int:
+        """``step`` as an index of the history (numpy ints too), or ``StepError``: a step
+        is a whole number from 0 (nothing applied) to the last; negative ones are refused."""
+        last = len(self._states) - 1
+        number = isinstance(step, Integral) and not isinstance(step, bool)
+        if number and 0 <= step <= last:
+            return int(step)
+        if not number:
+            why = "is not a step number"
+        elif step < 0:
+            why = "is negative: steps count from 0 (nothing applied), not from the end"
+        else:
+            why = "is past the end of the history"
+        raise StepError(
+            f"{what} {given(step)} {why}; give a step from 0 to {last} "
+            f"(the session is at step {self._cursor})."
+        )
+
+    def _value(self, name, what: str):
+        """The value named ``name``, or a clear error (``UnknownValueError`` with close names)."""
+        if not isinstance(name, str):
+            first = self.program.values[0].name if self.program.values else "..."
+            raise InputError(
+                f"{what} takes a value's name (a str) such as {first!r}; got {given(name)}. "
+                "session.program.names() lists them."
             )
-        return self._states[step]
+        return self.program.value(name)
 
     # -- queries --------------------------------------------------------------------------
     def sharding(self, name: str) -> Sharding:
-        return self.state.shardings[self.program.value(name).id]
+        return self.state.shardings[self._value(name, "sharding").id]
 
     def shardings(self, selector=None) -> dict[str, Sharding]:
         """Name -> sharding, for every value or those ``selector`` matches."""
@@ -148,12 +187,12 @@ class Session:
         return {self.program.values[i].name: self.state.shardings[i] for i in ids}
 
     def why(self, name: str) -> Why:
-        return why(self.program, self.state, self.program.value(name).id)
+        return why(self.program, self.state, self._value(name, "why").id)
 
     def events(self, step: int | None = None) -> tuple[Event, ...]:
         """How the tactic of ``step`` (default: the current step) propagated, event by event:
         every axis it put on a value (from which value, over which op), pin and conflict."""
-        state = self.state if step is None else self.state_at(step)
+        state = self.state if step is None else self._states[self._step(step)]
         cache = self.__dict__.setdefault("_events", {})
         if state not in cache:
             cache[state] = events(self.program, state)
@@ -162,7 +201,7 @@ class Session:
     def notes(self, step: int | None = None) -> tuple[str, ...]:
         """What the tactic of ``step`` (default: the current step) could not do: each value
         it targets that it left whole on its axis, and why."""
-        step = self._cursor if step is None else step
+        step = self._cursor if step is None else self._step(step)
         if step == 0:
             return ()
         return step_notes(self.program, self.state_at(step), step - 1)
@@ -178,8 +217,8 @@ class Session:
 
     def diff(self, before: int | None = None, after: int | None = None) -> Diff:
         """What changed between two steps (default: the step before this one, and this one)."""
-        after = self._cursor if after is None else after
-        before = max(after - 1, 0) if before is None else before
+        after = self._cursor if after is None else self._step(after, "after")
+        before = max(after - 1, 0) if before is None else self._step(before, "before")
         a, b = self.state_at(before), self.state_at(after)
         changes = tuple(
             (self.program.values[v].name, a.shardings[v], b.shardings[v])
@@ -193,15 +232,18 @@ class Session:
         per state."""
         from workbench.core.plan.plan import build_plan
 
-        state = self.state if step is None else self.state_at(step)
+        state = self.state if step is None else self._states[self._step(step)]
         cache = self.__dict__.setdefault("_plans", {})
         if state not in cache:
             cache[state] = build_plan(self.program, self.mesh, state)
         return cache[state]
 
     def collectives(self):
-        """Every collective the partitioned program performs: kind, value, axes, bytes and why."""
-        return list(self.plan().collectives)
+        """Every collective the partitioned program performs: kind, value, axes, bytes and why
+        (a list that displays as a summary: counts and bytes by kind and axes, the largest)."""
+        from workbench.core.plan.collective_list import Collectives
+
+        return Collectives(self.plan().collectives, self.program, self.history)
 
     def estimate(self, hardware=None, *, overlap="none", step: int | None = None):
         """The simulator's estimate of one step per device on ``hardware`` (default: the host CPU
@@ -210,14 +252,21 @@ class Session:
         from workbench.core import hardware as presets
         from workbench.core.estimate import estimate
 
-        state = self.state if step is None else self.state_at(step)
-        hardware = hardware or presets.CPU
-        cache = self.__dict__.setdefault("_estimates", {}).setdefault(state, {})
-        if (hardware, overlap) not in cache:
-            cache[hardware, overlap] = estimate(
+        state = self.state if step is None else self._states[self._step(step)]
+        hardware = presets.resolve(hardware)  # None: the CPU preset; a preset's name; a spec
+        key = (hardware, overlap)
+        try:
+            hash(key)
+        except TypeError:  # an overlap the estimate refuses, saying what would work
+            return estimate(
                 self.program, self.mesh, state, self.plan(step), hardware, overlap=overlap
             )
-        return cache[hardware, overlap]
+        cache = self.__dict__.setdefault("_estimates", {}).setdefault(state, {})
+        if key not in cache:
+            cache[key] = estimate(
+                self.program, self.mesh, state, self.plan(step), hardware, overlap=overlap
+            )
+        return cache[key]
 
     def lower(self, kind: str = "explicit", devices=None, donate=(), probes=()):
         """``(jitted fn of the flat inputs, jax Mesh)`` for ``kind`` "explicit", "constrained" or
@@ -227,6 +276,13 @@ class Session:
         from workbench.core.lowering import constrained, explicit
         from workbench.core.plan.plan import build_plan
 
+        if kind not in LOWERINGS:
+            hint = closest_names(kind, LOWERINGS) if isinstance(kind, str) else []
+            raise InputError(
+                f"unknown lowering kind={given(kind)}"
+                + (f"; did you mean {hint[0]!r}?" if hint else ".")
+                + f" Use one of {list(LOWERINGS)}."
+            )
         if kind == "explicit":
             plan = build_plan(self.program, self.mesh, self.state, probes) if probes else None
             return explicit.lower_explicit(
@@ -240,9 +296,7 @@ class Session:
             return constrained.lower_propagated(
                 self.program, self.mesh, self.state, devices, donate, probes
             )
-        raise WorkbenchError(
-            f"unknown lowering {kind!r}; use 'explicit', 'constrained' or 'propagated'."
-        )
+        raise AssertionError(kind)  # pragma: no cover - checked above
 
     def run(
         self,
@@ -286,9 +340,7 @@ class Session:
         ``mesh``: a ``jax.sharding.Mesh``, a ``Mesh`` or ``{axis: size}``."""
         from workbench.core.io.imports import import_plan
 
-        if isinstance(mesh, jax_sharding.Mesh):
-            mesh = Mesh(dict(zip(mesh.axis_names, mesh.devices.shape)))
-        mesh = mesh if isinstance(mesh, Mesh) else Mesh(mesh)
+        mesh = as_mesh(mesh)  # a jax Mesh too
         program, schedule = import_plan(
             step,
             args,
@@ -305,6 +357,10 @@ class Session:
         pytree), for ``jax.jit(in_shardings=...)``; NamedShardings with a jax ``mesh``."""
         from workbench.core.io.specs import specs
 
+        if not isinstance(outputs, bool):
+            raise InputError(f"outputs must be True or False; got {given(outputs)}.")
+        if mesh is not None:
+            same_axes(mesh, self.mesh, "specs(mesh=...)")
         return specs(self, mesh=mesh, outputs=outputs)
 
     def logical_rules(self, axes=None):
@@ -312,6 +368,14 @@ class Session:
         per argument, its logical names tree or None) or the anatomy's (see ``io.specs``)."""
         from workbench.core.io.specs import logical_rules
 
+        tree = self.program.in_tree
+        arguments = tree.children() if tree is not None else ()
+        if axes is not None and (not isinstance(axes, list | tuple) or len(axes) != len(arguments)):
+            raise InputError(
+                f"logical_rules takes one entry per argument of the step ({len(arguments)} of "
+                f"them): a tree of its logical axis names, or None; got {given(axes)}. Write "
+                f"e.g. logical_rules([nnx.get_partition_spec(state), None]), or leave it out."
+            )
         return logical_rules(self, axes)
 
     def export_code(self) -> str:
@@ -320,11 +384,12 @@ class Session:
 
         return export_code(self)
 
-    def export_jax(self) -> str:
-        """A standalone module of plain JAX applying these shardings (no workbench needed)."""
+    def export_jax(self, mode: str = "constrained") -> str:
+        """A standalone module of plain JAX applying these shardings (no workbench needed);
+        ``mode="explicit"``: written in JAX's explicit sharding mode (sharding in types)."""
         from workbench.core.io.export_jax import export_jax
 
-        return export_jax(self)
+        return export_jax(self, mode=mode)
 
     def save(self, path):
         """Write the schedule as a JSON strategy file (data only)."""
@@ -341,15 +406,48 @@ class Session:
         return cls(program, mesh, tactics)
 
     def __repr__(self) -> str:
-        lines = [
-            f"Session({self.program.name!r}, {self.mesh}, step {self._cursor}/{len(self._states) - 1})"
-        ]
+        from workbench.core import display as d
+
+        head = f"Session({self.program.name!r}, {self.mesh}, step {self._cursor}/{len(self._states) - 1})"
+        body = []
         for i, t in enumerate(self.history):
-            lines.append(f"  #{i} {t}")
+            body.append(d.clip(f"#{i} {t}"))
             said = step_notes(self.program, self.state, i)
-            lines += [f"      left whole: {n}" for n in said[:3]]
-            if len(said) > 3:
-                lines.append(f"      ... and {len(said) - 3} more (session.notes({i + 1}))")
+            if said:
+                body.append(f"    left whole: {d.clip(said[0], 240)}")
+            if len(said) > 1:
+                body.append(f"    ... and {len(said) - 1} more left whole (session.notes({i + 1}))")
         if self.state.conflicts:
-            lines.append(f"  {len(self.state.conflicts)} conflicts")
-        return "\n".join(lines)
+            body.append(f"{len(self.state.conflicts)} conflicts (session.conflicts)")
+        return d.lines(head, body, hint="session.history, session.notes(step)")
+
+    def _repr_html_(self) -> str:
+        from workbench.core import display as d
+
+        notes = [step_notes(self.program, self.state, i) for i in range(len(self.history))]
+        steps = d.table(
+            ("#", "tactic", "left whole"),
+            ((i, t, len(n) or "") for i, (t, n) in enumerate(zip(self.history, notes))),
+        )
+        parts = [
+            d.facts(
+                [
+                    ("program", self.program.summary()),
+                    ("mesh", self.mesh),
+                    ("step", f"{self._cursor} of {len(self._states) - 1}"),
+                    ("conflicts", len(self.state.conflicts)),
+                ]
+            ),
+            steps,
+        ]
+        said = [(f"#{i}", n) for i, ns in enumerate(notes) for n in ns]
+        if said:
+            parts.append(d.details(f"{len(said)} left whole", d.table(("tactic", "note"), said)))
+        if self.state.conflicts:
+            rows = [(c.op, c.axis, c.reason, c.found_by) for c in self.conflicts]
+            parts.append(
+                d.details(
+                    f"{len(rows)} conflicts", d.table(("op", "axis", "why", "found by"), rows)
+                )
+            )
+        return d.panel(f"Session {self.program.name!r}", *parts)

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 
 from workbench.core import caches
-from workbench.core.errors import SelectorError, closest_names
+from workbench.core.errors import SelectorError, closest_names, given
 from workbench.core.ops import traits as traits_of
 
 Selector = str | Sequence[str]
@@ -101,15 +101,31 @@ def exact(name: str) -> str:
     return re.sub(r"([\\*?{},])", r"\\\1", name)
 
 
-def _patterns(selector: Selector) -> list[str]:
+def _patterns(selector: Selector, where: str = "a selector") -> list[str]:
     if isinstance(selector, str):
         return [selector]
     if isinstance(selector, Sequence) and selector and all(isinstance(s, str) for s in selector):
         return list(selector)
-    raise SelectorError(
-        f"a selector must be a name pattern or a list of them; got {type(selector).__name__} "
-        f"{selector!r}. {_HELP}"
-    )
+    if isinstance(selector, Sequence) and not selector:
+        why = f"{where} is an empty list, which selects nothing; name at least one pattern"
+    else:
+        why = f"{where} must be a name pattern (a str) or a list of them; got {given(selector)}"
+    raise SelectorError(f"{why}. {_HELP}")
+
+
+def check_selector(selector: Selector, where: str = "selector") -> Selector:
+    """``selector`` with every pattern checked (SelectorError naming ``where`` if one is
+    malformed) and a list made a tuple; whether it matches is the program's to say, and so
+    is a blank pattern (a form's empty field: ``select`` refuses it)."""
+    for pattern in _patterns(selector, where):
+        body = pattern[4:] if pattern.startswith("tag:") else pattern
+        if body.strip() and literal_name(body) is None:
+            try:
+                compile_glob(body)  # raises on an empty or malformed pattern
+            except SelectorError as err:  # it names the pattern; say whose it is
+                owner = where.rsplit(": ", 1)[0] if ": " in where else ""
+                raise SelectorError(f"{owner}: {err}" if owner else str(err)) from None
+    return selector if isinstance(selector, str) else tuple(selector)
 
 
 def select(program, selector: Selector, *, required: bool = True) -> list[int]:

@@ -10,21 +10,127 @@ anything, so a failed tactic leaves no trace.
 
 from __future__ import annotations
 
+import functools
+import inspect
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from numbers import Integral
 
-from workbench.core.errors import LeftWhole, TacticError, WorkbenchError, closest_names
+from workbench.core.errors import (
+    InputError,
+    LeftWhole,
+    TacticError,
+    WorkbenchError,
+    closest_names,
+    given,
+)
 from workbench.core.gcpause import without_gc
-from workbench.core.ir.selectors import Selector, select
+from workbench.core.ir.selectors import Selector, check_selector, select
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.state import Note, Provenance, State
 from workbench.core.propagate.explain import note_text, nothing_tiled
 from workbench.core.propagate.propagation import Propagator
 
 
-def _freeze(selector: Selector) -> Selector:
-    """Lists become tuples so tactics stay hashable; anything else is checked when applied."""
-    return tuple(selector) if isinstance(selector, list | tuple) else selector
+class TacticInputError(TacticError, InputError):
+    """A tactic built with an argument it cannot use (a wrong type, an unknown keyword), or
+    something that is not a tactic where one is needed."""
+
+
+def _text(tactic) -> str:
+    try:
+        return str(tactic)
+    except Exception:  # a field too wrong for the tactic's own text
+        return type(tactic).__name__
+
+
+def _freeze(selector: Selector, tactic=None, field: str = "selector") -> Selector:
+    """A checked selector; lists become tuples so tactics stay hashable."""
+    where = f"{_text(tactic)}: {field}" if tactic is not None else field
+    return check_selector(selector, where)
+
+
+def check_axis_name(tactic, axis=None, field: str = "axis") -> None:
+    """At construction: ``axis`` (default: the tactic's) names a mesh axis, a non-empty
+    identifier such as 'batch'; whether the mesh has it is checked when applied."""
+    axis = tactic.axis if axis is None and field == "axis" else axis
+    if isinstance(axis, str) and axis.isidentifier():
+        return
+    why = "is empty" if axis == "" else "is not a mesh axis name"
+    raise TacticInputError(
+        f"{_text(tactic)}: {field} {given(axis)} {why}; name a mesh axis as a string, such "
+        "as 'batch' or 'model' (session.mesh.names lists them)."
+    )
+
+
+def check_dim(tactic, field: str, optional: bool = False) -> None:
+    """At construction: field ``field`` is a dimension index (an int, negative from the end;
+    numpy ints become ints), or None when ``optional``."""
+    dim = getattr(tactic, field)
+    if dim is None and optional:
+        return
+    if isinstance(dim, Integral) and not isinstance(dim, bool):
+        object.__setattr__(tactic, field, int(dim))
+        return
+    whole = isinstance(dim, float) and dim.is_integer()
+    hint = f" (write {int(dim)})" if whole else ""
+    raise TacticInputError(
+        f"{_text(tactic)}: {field} must be an integer dimension index{hint} (0 the first, "
+        f"-1 the last{', or None' if optional else ''}); got {given(dim)}."
+    )
+
+
+def check_flag(tactic, field: str = "strict") -> None:
+    """At construction: field ``field`` is True or False."""
+    if not isinstance(getattr(tactic, field), bool):
+        raise TacticInputError(
+            f"{_text(tactic)}: {field} must be True or False; got {given(getattr(tactic, field))}."
+        )
+
+
+def check_optional_selector(tactic, field: str) -> None:
+    """At construction: field ``field`` is None or a selector (lists become tuples)."""
+    if getattr(tactic, field) is not None:
+        object.__setattr__(tactic, field, _freeze(getattr(tactic, field), tactic, field))
+
+
+def _signature(cls: type) -> str:
+    """``BP(axis, inputs=None, dim=None, strict=False)``: how a tactic is called."""
+    params = inspect.signature(cls).parameters.values()
+    shown = [p.name if p.default is p.empty else f"{p.name}={p.default!r}" for p in params]
+    return f"{cls.__name__}({', '.join(shown)})"
+
+
+def checked_init(cls: type) -> type:
+    """Class decorator: a call with unknown or missing arguments raises ``TacticInputError``
+    showing the signature (the dataclass's own ``__init__`` raises a bare TypeError)."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        try:
+            init(self, *args, **kwargs)
+        except TypeError as err:
+            try:
+                inspect.signature(cls).bind(*args, **kwargs)
+            except TypeError:
+                shown = ", ".join(
+                    [*map(given, args), *(f"{k}={given(v)}" for k, v in kwargs.items())]
+                )
+                why = str(err).replace(f"{cls.__qualname__}.__init__()", "").strip()
+                why = re.sub(  # the counts without ``self``
+                    r"takes (\d+) positional arguments? but (\d+)",
+                    lambda m: f"takes {int(m[1]) - 1} positional arguments but {int(m[2]) - 1}",
+                    why,
+                )
+                raise TacticInputError(
+                    f"{cls.__name__}({shown}): {why}; write {_signature(cls)}."
+                ) from None
+            raise
+
+    cls.__init__ = __init__
+    return cls
 
 
 def _selector_text(selector: Selector) -> str:
@@ -45,12 +151,31 @@ class Tactic:
 
 
 def _check_axis(tactic, mesh: Mesh) -> None:
+    """When applied: the tactic's axis is one of the mesh's."""
     if not isinstance(tactic.axis, str) or tactic.axis not in mesh:
         hint = closest_names(str(tactic.axis), mesh.names)
         raise TacticError(
-            f"{tactic}: axis {tactic.axis!r} is not in {mesh}"
-            + (f"; did you mean {hint[0]!r}?" if hint else f"; use one of {list(mesh.names)}.")
+            f"{tactic}: axis {given(tactic.axis)} is not in {mesh}"
+            + (f"; did you mean {hint[0]!r}?" if hint else "")
+            + f" Use one of its axes {list(mesh.names)}, or a mesh that has it."
         )
+
+
+def _not_a_tactic(tactic) -> TacticInputError:
+    """The error for applying something that is not a tactic, saying what to write instead."""
+    example = "Tile(selector, dim, axis), Replicate(selector, axis), BP('batch')"
+    if isinstance(tactic, type) and issubclass(tactic, Tactic):
+        why = f"{tactic.__name__} is a tactic class, not a tactic; make one: {tactic.__name__}(<axis>, ...)"
+    elif isinstance(tactic, str):
+        why = f"a string is not a tactic; write the tactic itself, e.g. {tactic.strip() or 'BP'}('batch')"
+    elif isinstance(tactic, list | tuple) and any(isinstance(t, Tactic) for t in tactic):
+        why = (
+            "apply takes one tactic; apply several one by one (for t in tactics: "
+            "session.apply(t)), or give them as the schedule: Session(program, mesh, tactics)"
+        )
+    else:
+        why = "that is not a tactic"
+    return TacticInputError(f"expected a tactic such as {example}; got {given(tactic)}: {why}.")
 
 
 def _decided_by(prop: Propagator, vid: int, axis: str) -> str:
@@ -62,6 +187,7 @@ def _decided_by(prop: Propagator, vid: int, axis: str) -> str:
     return f" by tactic #{p.tactic} {what}"
 
 
+@checked_init
 @dataclass(frozen=True, slots=True)
 class Tile(Tactic):
     """Tile dimension ``dim`` of every value ``selector`` matches over mesh axis ``axis``."""
@@ -71,7 +197,9 @@ class Tile(Tactic):
     axis: str
 
     def __post_init__(self):
-        object.__setattr__(self, "selector", _freeze(self.selector))
+        object.__setattr__(self, "selector", _freeze(self.selector, self))
+        check_dim(self, "dim")
+        check_axis_name(self)
 
     def __str__(self) -> str:
         return f"Tile({_selector_text(self.selector)}, dim={self.dim}, axis={self.axis!r})"
@@ -126,6 +254,7 @@ class Tile(Tactic):
             prop.tile(vid, d, self.axis)
 
 
+@checked_init
 @dataclass(frozen=True, slots=True)
 class Replicate(Tactic):
     """Keep every value ``selector`` matches whole on ``axis``: propagation will not tile it."""
@@ -134,7 +263,8 @@ class Replicate(Tactic):
     axis: str
 
     def __post_init__(self):
-        object.__setattr__(self, "selector", _freeze(self.selector))
+        object.__setattr__(self, "selector", _freeze(self.selector, self))
+        check_axis_name(self)
 
     def __str__(self) -> str:
         return f"Replicate({_selector_text(self.selector)}, axis={self.axis!r})"
@@ -156,6 +286,7 @@ class Replicate(Tactic):
             prop.pin(vid, self.axis, atomic=False)
 
 
+@checked_init
 @dataclass(frozen=True, slots=True)
 class Atomic(Tactic):
     """Freeze every value ``selector`` matches on ``axis``: propagation never crosses it there."""
@@ -164,7 +295,8 @@ class Atomic(Tactic):
     axis: str
 
     def __post_init__(self):
-        object.__setattr__(self, "selector", _freeze(self.selector))
+        object.__setattr__(self, "selector", _freeze(self.selector, self))
+        check_axis_name(self)
 
     def __str__(self) -> str:
         return f"Atomic({_selector_text(self.selector)}, axis={self.axis!r})"
@@ -222,10 +354,7 @@ def apply_tactic(
     Pure: ``state`` is never modified, so on error the caller still holds it unchanged.
     """
     if not isinstance(tactic, Tactic):
-        raise TacticError(
-            f"expected a tactic such as Tile(selector, dim, axis), Replicate(selector, axis) "
-            f"or Atomic(selector, axis); got {type(tactic).__name__} {tactic!r}."
-        )
+        raise _not_a_tactic(tactic)
     schedule = (*state.schedule, tactic)
     prop = Propagator(program, mesh, state, tactic=len(state.schedule), schedule=schedule)
     expanded: list[tuple[Tactic, list[Target]]] = []  # each composite, and what it targets

@@ -2,8 +2,31 @@
 
 from __future__ import annotations
 
+from workbench.core.errors import TacticError
 from workbench.core.ir.selectors import exact, select
-from workbench.core.propagate.tactics import Expansion, Target, Tile
+from workbench.core.propagate.tactics import (
+    Expansion,
+    Target,
+    Tile,
+    check_axis_name,
+    check_dim,
+    check_flag,
+    check_optional_selector,
+)
+
+
+def check_fields(tactic, selectors=(), dims=(), optional_dims=()) -> None:
+    """At construction: a strategy's axis is an axis name, its ``selectors`` fields None or
+    selectors, its ``dims`` ints (``optional_dims``: or None), ``strict`` True or False
+    (``TacticInputError`` otherwise); whether the mesh has the axis is checked when applied."""
+    check_axis_name(tactic)
+    for field in selectors:
+        check_optional_selector(tactic, field)
+    for field in dims:
+        check_dim(tactic, field)
+    for field in optional_dims:
+        check_dim(tactic, field, optional=True)
+    check_flag(tactic)
 
 
 def matches(program, selector) -> list[int]:
@@ -40,6 +63,11 @@ def by_dim(program, mesh, state, axis, picks, what: str = "") -> Expansion:
         v, sh = program.values[vid], state.shardings[vid]
         if d is None or not v.shape:
             continue
+        if not -len(v.shape) <= d < len(v.shape):  # a dim the user gave
+            raise TacticError(
+                f"{v.name} has rank {len(v.shape)} (shape {v.shape}), so dim {d} is out of "
+                f"range; use a dim in [{-len(v.shape)}, {len(v.shape) - 1}]."
+            )
         if sh.uses(axis):
             targets.append(Target(vid))
             continue

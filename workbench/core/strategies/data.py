@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from workbench.core.errors import TacticError
 from workbench.core.propagate.tactics import Tactic, Tile, _check_axis
-from workbench.core.strategies.base import by_dim, strict_text
+from workbench.core.strategies.base import by_dim, check_fields, strict_text
 from workbench.core.strategies.named import register
 from workbench.core.strategies.roles import roles
 
@@ -21,6 +21,9 @@ class BP(Tactic):
     inputs: str | None = None
     dim: int | None = None
     strict: bool = False  # any value it targets left whole is an error
+
+    def __post_init__(self):
+        check_fields(self, selectors=("inputs",), optional_dims=("dim",))
 
     def __str__(self) -> str:
         if self.inputs is None and self.dim is None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.core.errors import TacticError
-from workbench.core.propagate.tactics import Tactic, Tile, _check_axis
-from workbench.core.strategies.base import by_dim, strict_text
+from workbench.core.errors import TacticError, given
+from workbench.core.propagate.tactics import Tactic, TacticInputError, Tile, _check_axis
+from workbench.core.strategies.base import by_dim, check_fields, strict_text
 from workbench.core.strategies.named import register
 from workbench.core.strategies.roles import roles
 
@@ -22,6 +22,14 @@ class EMB(Tactic):
     table: str | None = None
     strict: bool = False  # any value it targets left whole is an error
 
+    def __post_init__(self):
+        check_fields(self, selectors=("table",))
+        if self.dim not in ("vocab", "feature"):
+            raise TacticInputError(
+                f"{self}: dim must be 'vocab' (the vocabulary dim) or 'feature'; got "
+                f"{given(self.dim)}; to tile a table on another dim, use Tile(table, dim, axis)."
+            )
+
     def __str__(self) -> str:
         return strict_text(
             self,
@@ -31,8 +39,6 @@ class EMB(Tactic):
 
     def expand(self, program, mesh, state):
         _check_axis(self, mesh)
-        if self.dim not in ("vocab", "feature"):
-            raise TacticError(f"{self}: dim must be 'vocab' or 'feature'; got {self.dim!r}.")
         if self.table is not None:
             return [Tile(self.table, 0 if self.dim == "vocab" else -1, self.axis)]
         tables = roles(program, state).embeddings

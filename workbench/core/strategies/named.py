@@ -6,6 +6,7 @@ the widgets). ``from workbench.core.strategies.named import BP`` reads the regis
 from __future__ import annotations
 
 from workbench.core.errors import TacticError
+from workbench.core.propagate.tactics import checked_init
 
 #: Axis names each kind of strategy usually runs on, by convention.
 DATA_AXES = ("batch", "data", "dp", "fsdp", "replica")
@@ -24,13 +25,14 @@ _AXES: dict[str, str] = {}  # strategy -> "data" or "model": the kind of axis it
 
 def register(*, axes: str | None = None, place: int = 0):
     """Class decorator: enter a named tactic in the registry under its class name (a second
-    registration of a name is a bug). A strategy gives ``axes``, ``"data"`` or ``"model"``
+    registration of a name is a bug); a call with wrong arguments raises ``TacticInputError``. A strategy gives ``axes``, ``"data"`` or ``"model"``
     (the kind of mesh axis it usually runs on, ``suggested_axis``), and its ``place`` among
     the strategies; a tactic without ``axes`` partitions nothing and is no strategy."""
     if axes not in (None, "data", "model"):
         raise ValueError(f"axes must be 'data', 'model' or None; got {axes!r}")
 
     def enter(cls: type) -> type:
+        cls = checked_init(cls)  # unknown or missing arguments: a TacticInputError
         name = cls.__name__
         if name in NAMED:
             raise ValueError(f"a named tactic {name!r} is registered already: {NAMED[name]}")

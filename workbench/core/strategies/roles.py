@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.core.errors import TacticError
+from workbench.core.errors import TacticError, closest_names, given
 from workbench.core.ir.selectors import select
-from workbench.core.propagate.tactics import Tactic
+from workbench.core.propagate.tactics import Tactic, TacticInputError, _freeze, check_dim
 from workbench.core.strategies.named import register
 
 ROLES = ("data", "parameter", "none", "embedding", "heads", "hidden")
+_NEEDS_DIM = ("data", "embedding", "heads", "hidden")  # the roles about one dim of a value
 
 
 def roles(program, state):
@@ -43,8 +44,16 @@ class Role(Tactic):
     axis: str = ""
 
     def __post_init__(self):
-        if isinstance(self.selector, list):
-            object.__setattr__(self, "selector", tuple(self.selector))
+        object.__setattr__(self, "selector", _freeze(self.selector, self))
+        if self.role not in ROLES:
+            hint = closest_names(self.role, ROLES) if isinstance(self.role, str) else []
+            raise TacticInputError(
+                f"{self}: role must be one of {list(ROLES)}; got {given(self.role)}"
+                + (f"; did you mean {hint[0]!r}?" if hint else ".")
+            )
+        check_dim(self, "dim", optional=True)  # a role about a dim needs one: checked when applied
+        if not isinstance(self.axis, str):
+            raise TacticInputError(f"{self}: axis must be a string; got {given(self.axis)}.")
 
     def __str__(self) -> str:
         sel = list(self.selector) if isinstance(self.selector, tuple) else self.selector
@@ -53,12 +62,11 @@ class Role(Tactic):
         )
 
     def expand(self, program, mesh, state):
-        if self.role not in ROLES:
-            raise TacticError(f"{self}: role must be one of {list(ROLES)}; got {self.role!r}.")
-        needs_dim = self.role in ("data", "embedding", "heads", "hidden")
-        if needs_dim and (isinstance(self.dim, bool) or not isinstance(self.dim, int)):
+        needs_dim = self.role in _NEEDS_DIM
+        if needs_dim and self.dim is None:
             raise TacticError(
-                f"{self}: role {self.role!r} needs dim=<the dimension it is about>; got {self.dim!r}."
+                f"{self}: role {self.role!r} needs dim=<the dimension it is about> (an int, "
+                "e.g. dim=0 for a batch or vocabulary dim); got none."
             )
         for v in select(program, self.selector):
             shape = program.values[v].shape

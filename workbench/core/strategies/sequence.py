@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from workbench.core.anatomy.blocks import block_interior, crossing, residual_stream
 from workbench.core.errors import TacticError
 from workbench.core.propagate.tactics import Atomic, Tactic, _check_axis
-from workbench.core.strategies.base import by_dim, matches, names_of, strict_text
+from workbench.core.strategies.base import by_dim, check_fields, matches, names_of, strict_text
 from workbench.core.strategies.named import register
 from workbench.core.strategies.roles import roles
 
@@ -27,6 +27,9 @@ class SP(Tactic):
     stream: str | None = None
     dim: int | None = None
     strict: bool = False  # any value it targets left whole is an error
+
+    def __post_init__(self):
+        check_fields(self, selectors=("stream",), optional_dims=("dim",))
 
     def __str__(self) -> str:
         if (self.stream, self.dim) == (None, None):

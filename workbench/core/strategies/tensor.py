@@ -7,7 +7,14 @@ from dataclasses import dataclass
 
 from workbench.core.errors import TacticError
 from workbench.core.propagate.tactics import Expansion, Replicate, Tactic, _check_axis
-from workbench.core.strategies.base import by_dim, matches, names_of, strict_text, unmatched
+from workbench.core.strategies.base import (
+    by_dim,
+    check_fields,
+    matches,
+    names_of,
+    strict_text,
+    unmatched,
+)
 from workbench.core.strategies.named import register
 from workbench.core.strategies.roles import roles
 
@@ -31,6 +38,9 @@ class MP(Tactic):
     heads_dim: int = -2
     hidden_dim: int = -1
     strict: bool = False  # any value it targets left whole is an error
+
+    def __post_init__(self):
+        check_fields(self, selectors=("heads", "hidden"), dims=("heads_dim", "hidden_dim"))
 
     def __str__(self) -> str:
         if (self.heads, self.hidden, self.heads_dim, self.hidden_dim) == (None, None, -2, -1):
@@ -78,6 +88,9 @@ class MQ(Tactic):
     keys_values: str | None = None
     heads_dim: int = -2
     strict: bool = False  # any value it targets left whole is an error
+
+    def __post_init__(self):
+        check_fields(self, selectors=("queries", "keys_values"), dims=("heads_dim",))
 
     def __str__(self) -> str:
         if (self.queries, self.keys_values, self.heads_dim) == (None, None, -2):

@@ -17,7 +17,7 @@ from workbench.core.propagate.tactics import (
     Tile,
     _check_axis,
 )
-from workbench.core.strategies.base import matches, names_of, shard_dim, strict_text
+from workbench.core.strategies.base import check_fields, matches, names_of, shard_dim, strict_text
 from workbench.core.strategies.named import register
 from workbench.core.strategies.roles import roles
 
@@ -152,6 +152,9 @@ class Z2(Tactic):
     params: str | None = None
     strict: bool = False  # any value it targets left whole is an error
 
+    def __post_init__(self):
+        check_fields(self, selectors=("params",))
+
     def __str__(self) -> str:
         return strict_text(
             self,
@@ -175,6 +178,9 @@ class Z3(Tactic):
     axis: str
     params: str | None = None
     strict: bool = False  # any value it targets left whole is an error
+
+    def __post_init__(self):
+        check_fields(self, selectors=("params",))
 
     def __str__(self) -> str:
         return strict_text(
