@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from workbench.core.ir.program import Op
+from workbench.core.ir.source_lines import where
 from workbench.core.layout.collectives import Collective
 from workbench.core.layout.sharding import Sharding
 from workbench.core.propagate.explain import report
@@ -75,7 +76,8 @@ class Attributes:
 
     def _op_attrs(self, op: Op, shape: str = "box") -> dict[str, str]:
         label = _short(op)
-        tip = [f"{op.name} ({op.primitive})", op.source, self._values_text(op.results)]
+        code = where(op.source, op.library, full=True)
+        tip = [f"{op.name} ({op.primitive})", code, self._values_text(op.results)]
         attrs = dict(shape=shape, style="rounded", **{"class": "wb-op"})
         axes, reports = self._conflict_text(f"op{op.id}")
         if reports:
@@ -162,6 +164,8 @@ class Attributes:
         if len(total) > 3:
             lines.append(f"+{len(total) - 3} more")
         why = [c.why or f"{c.kind} of {self.p.values[c.value].name}" for c in cs[:TOOLTIP_LINES]]
+        code = dict.fromkeys(where(c.source, c.library, full=True) for c in cs[:TOOLTIP_LINES])
+        why += [f"code: {line}" for text in code if text for line in text.split("\n")][:6]
         first = cs[0].axes[0] if cs[0].axes else None
         return self._attrs(
             "\n".join(lines),

@@ -1,4 +1,5 @@
-"""The collective plan as plain rows and as a plotly table: kind, value, axes, bytes, why.
+"""The collective plan as plain rows and as a plotly table: kind, value, axes, bytes, the
+code it comes from, why.
 
 ``collective_rows`` gives a list of dicts (built by ``core.plan.rows``, as the command line
 prints them; ``pandas.DataFrame(rows)`` works where pandas is installed);
@@ -9,21 +10,24 @@ themselves (``Collective`` or ``CollectiveEstimate``).
 
 from __future__ import annotations
 
+import html
 from collections.abc import Iterable, Sequence
 
 import plotly.graph_objects as go
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.estimate import CollectiveEstimate, Estimate
+from workbench.core.ir.source_lines import short, split
 from workbench.core.layout.collectives import Collective
-from workbench.core.plan.rows import COLUMNS
+from workbench.core.plan.rows import COLUMNS  # noqa: F401  (re-exported: the rows' keys)
 from workbench.core.plan.rows import collective_rows as plan_rows
 from workbench.core.session import Session
 from workbench.core.units import format_bytes, format_seconds
 from workbench.viz.charts import FONT
 from workbench.viz.style import KIND_COLORS
 
-_WIDTHS = (4, 10, 30, 6, 8, 5, 7, 9, 35)
+_HEADERS = ("#", "kind", "value", "axes", "bytes", "count", "time", "tactic", "code", "why")
+_WIDTHS = (4, 10, 30, 6, 8, 5, 7, 9, 20, 35)
 
 
 def collective_rows(
@@ -78,12 +82,13 @@ def collective_table(
         [r["count"] for r in rows],
         [format_seconds(r["seconds"]) if r["seconds"] is not None else "" for r in rows],
         [r["tactic"] for r in rows],
-        [r["why"] for r in rows],
+        [_code_cell(r) for r in rows],
+        [r["why"].removesuffix(f" (at {r['code']})") for r in rows],  # the code column says it
     ]
     white = ["white"] * len(rows)
     fill = [white, [_tint(KIND_COLORS.get(r["kind"], "#BBBBBB")) for r in rows]]
-    fill += [white] * (len(COLUMNS) - 2)
-    headers = ["#", "kind", "value", "axes", "bytes", "count", "time", "tactic", "why"]
+    fill += [white] * (len(_HEADERS) - 2)
+    headers = _HEADERS
     fig = go.Figure(
         go.Table(
             columnwidth=list(_WIDTHS),
@@ -122,6 +127,18 @@ def _items(source, hardware) -> list[tuple[Collective, float | None]]:
                 f"{type(c).__name__} among them: pass session.collectives() or session.estimate(hw)."
             )
     return items
+
+
+def _code_cell(row: dict) -> str:
+    """The user's line over the library's, by file name (narrow); plotly tables have no
+    tooltips, so each links to its whole path (the rows' ``code_path``)."""
+    lines = row["code_path"].split("\n") if row["code_path"] else []
+    cells = []
+    for i, line in enumerate(lines):
+        text = short(line, library=i == 1) or "(no line of yours)"
+        path = html.escape(split(line)[0] if split(line) else line, quote=True)
+        cells.append(f'<a href="file://{path}">{html.escape(text)}</a>' if line else text)
+    return "<br>".join(cells)
 
 
 def _tint(hex_color: str, alpha: float = 0.35) -> str:

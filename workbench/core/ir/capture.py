@@ -28,6 +28,7 @@ from workbench.core.dtypes import as_dtype
 from workbench.core.errors import CaptureError
 from workbench.core.ir.phases import dataflow_phases
 from workbench.core.ir.program import Lit, Op, Operand, Program, Region, Value
+from workbench.core.ir.source_lines import code_lines, package_dirs
 from workbench.core.ops import traits as traits_of
 
 
@@ -55,15 +56,6 @@ def _split_name_stack(name_stack) -> tuple[tuple[str, ...], bool]:
     return tuple(scopes), backward
 
 
-def _source_text(source_info) -> str:
-    try:
-        from jax._src import source_info_util
-
-        return source_info_util.summarize(source_info)
-    except Exception:
-        return ""
-
-
 def _is_concrete(leaf) -> bool:
     return isinstance(leaf, np.ndarray | np.generic | jax.Array | int | float | bool | complex)
 
@@ -78,6 +70,8 @@ class _Builder:
         self.counters: dict[tuple[str, str], int] = defaultdict(int)
         self.taken: set[str] = set()
         self.scalars: dict[int, np.ndarray] = {}  # rank-0 values known at capture time
+        self.packages = package_dirs()
+        self.lines: dict = {}  # traceback -> (user line, library line)
 
     # -- names -----------------------------------------------------------------------------
     def unique(self, name: str) -> str:
@@ -142,6 +136,7 @@ class _Builder:
                 scope = eqn.params.get(call.scope) if call.scope else None
                 if scope not in (None, "<lambda>"):
                     sub["scope"] = sub["scope"] + (str(scope),)
+                sub["lines"] = self.code_lines(eqn.source_info.traceback, ctx)
                 inner_env: dict = {}
                 inner = self.bind_consts(callee, inner_env, self.prefix(sub), ctx["region_of"])
                 for var, operand in zip(inner.invars, operands):
@@ -184,6 +179,8 @@ class _Builder:
             self.scalars[results[0]] = np.asarray(operands[0].value).astype(
                 self.values[results[0]]["dtype"]
             )
+        source, library = self.code_lines(eqn.source_info.traceback, ctx)
+        ctx = dict(ctx, lines=(source, library))  # a region's body traced where the op was
         regions = self.emit_regions(eqn, traits.control, oid, name, operands, ctx)
         self.ops[oid] = Op(
             id=oid,
@@ -196,10 +193,22 @@ class _Builder:
             phase=phase,
             regions=regions,
             parent=ctx["region_of"],
-            source=_source_text(eqn.source_info),
+            source=source,
+            library=library,
             jax_primitive=eqn.primitive,
         )
         return oid
+
+    def code_lines(self, traceback, ctx) -> tuple[str, str]:
+        """The user's line and the library's that made an equation (``source_lines``).
+        JAX traces a function under ``jit`` (and a loop's body) with the frames inside it
+        only: an equation with no user frame there takes the line of the call around it."""
+        lines = self.lines.get(traceback)
+        if lines is None:
+            lines = self.lines[traceback] = code_lines(traceback, self.packages)
+        if lines[0] or not ctx["lines"][0]:
+            return lines
+        return ctx["lines"][0], lines[1] or ctx["lines"][1]
 
     # -- regions (scan, while, cond) ---------------------------------------------------------
     def emit_regions(self, eqn, control, oid, name, operands, ctx) -> tuple[Region, ...]:
@@ -213,7 +222,7 @@ class _Builder:
 
     def region(self, rname, closed, oid, op_name, roles, outer_operands, ctx) -> Region:
         base = f"{op_name}/{rname}" if rname != "body" else op_name
-        sub = dict(scope=(), backward=ctx["backward"], base=base, region_of=oid)
+        sub = dict(scope=(), backward=ctx["backward"], base=base, region_of=oid, lines=ctx["lines"])
         env: dict = {}
         jaxpr = self.bind_consts(closed, env, base, oid)
         inputs = []
@@ -320,7 +329,9 @@ def capture(fn: Callable, *args, **kwargs) -> Program:
         vid = b.new_value("const", var.aval, "const")
         b.consts[vid] = np.asarray(val)
         env[var] = vid
-    body = b.emit(jaxpr, env, dict(scope=(), backward=False, base="", region_of=None))
+    body = b.emit(
+        jaxpr, env, dict(scope=(), backward=False, base="", region_of=None, lines=("", ""))
+    )
     outputs = tuple(b.read(env, v) for v in jaxpr.outvars)
 
     renamed = set()

@@ -87,7 +87,11 @@ class Op:
     phase: str  # "forward", "backward" or "optimizer"
     regions: tuple[Region, ...] = ()
     parent: int | None = None  # the region op this op sits in
-    source: str = ""  # "file.py:42 (fn)" where the user's code made it
+    #: "path/file.py:42 (fn)": the user's line that made it, the innermost frame outside
+    #: JAX, the libraries and the workbench (``ir.source_lines``); "" where none is
+    source: str = ""
+    #: the innermost library line under it (Flax, optax, ...; never JAX's own), or ""
+    library: str = ""
     jax_primitive: Any = field(default=None, repr=False)  # the jax Primitive, for re-binding
     #: operands then every region's outputs: what the op's factor mapping calls operands
     linked_operands: tuple[Operand, ...] = field(init=False, repr=False)
@@ -309,5 +313,49 @@ class Program:
             f"{len(self.outputs)} outputs, {len(self.ops)} ops, {len(self.values)} values"
         )
 
+    def _phases(self) -> str:
+        counts: dict[str, int] = {}
+        for op in self.ops:
+            counts[op.phase] = counts.get(op.phase, 0) + 1
+        return ", ".join(f"{phase} {n}" for phase, n in counts.items())
+
     def __repr__(self) -> str:
-        return f"<{self.summary()}>"
+        from workbench.core import display as d
+
+        ins = self.input_values
+        big = sorted(ins, key=lambda v: -v.nbytes)[:3]
+        body = [
+            f"inputs {d.format_bytes(sum(v.nbytes for v in ins))}; ops by phase: {self._phases()}",
+            "largest inputs: "
+            + "; ".join(f"{d.clip_left(v.name, 32)} {v.type_sharding()}" for v in big),
+        ]
+        return d.lines(f"<{self.summary()}", [d.clip(b) for b in body]) + ">"
+
+    def _repr_html_(self) -> str:
+        from workbench.core import display as d
+
+        ins = self.input_values
+        prims: dict[str, int] = {}
+        for op in self.ops:
+            prims[op.primitive] = prims.get(op.primitive, 0) + 1
+        return d.panel(
+            self.summary(),
+            d.facts(
+                [
+                    ("inputs", f"{len(ins)}: {d.format_bytes(sum(v.nbytes for v in ins))}"),
+                    ("outputs", len(self.outputs)),
+                    ("ops by phase", self._phases()),
+                ]
+            ),
+            d.details(
+                f"{len(ins)} inputs",
+                d.table(
+                    ("name", "type", "bytes"),
+                    ((v.name, v.type_sharding(), d.format_bytes(v.nbytes)) for v in ins),
+                ),
+            ),
+            d.details(
+                f"{len(prims)} primitives",
+                d.table(("primitive", "ops"), sorted(prims.items(), key=lambda kv: -kv[1])),
+            ),
+        )

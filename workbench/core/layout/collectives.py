@@ -36,3 +36,7 @@ class Collective:
     why: str = ""  # one sentence for people
     count: int = 1  # times it runs per step (inside a scan body: the scan's length)
     step: int | None = None  # its index among the value's redistribution steps
+    #: the code it comes from, "path:line (function)": the user's line of the op that needs
+    #: it (else of the op that made the value), and the library line beside it, or ""
+    source: str = ""
+    library: str = ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from workbench.core import ops
 from workbench.core.gcpause import without_gc
+from workbench.core.ir.source_lines import where
 from workbench.core.layout.collectives import Collective
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.redistribute import Step, as_layout, cost_bytes, peak_bytes, redistribute
@@ -20,7 +21,7 @@ from workbench.core.plan.op_layout import laid_out, plan_op
 from workbench.core.plan.records import Fetch, OpPlan, Plan
 from workbench.core.propagate.propagation import op_index
 
-__all__ = ["Fetch", "OpPlan", "Plan", "Planner", "build_plan", "collective_why"]
+__all__ = ["Fetch", "OpPlan", "Plan", "Planner", "build_plan", "code_of", "collective_why"]
 
 
 class Planner:
@@ -99,6 +100,9 @@ class Planner:
         return Fetch(v, src, dst, steps, copy, src_copy)
 
     def record(self, v: int, steps, consumer: int | None) -> None:
+        source = library = ""
+        if any(step.is_collective for step in steps):
+            source, library = code_of(self.program, v, consumer)
         for i, step in enumerate(steps):
             if step.is_collective:
                 tactic = self.tactic_for(v, step.axes, consumer)
@@ -115,9 +119,11 @@ class Planner:
                         dim=step.dim,
                         dim_from=step.dim_from,
                         reduction=step.reduction,
-                        why=collective_why(self.program, step, v, consumer),
+                        why=collective_why(self.program, step, v, consumer, (source, library)),
                         count=self.repeat,
                         step=i,
+                        source=source,
+                        library=library,
                     )
                 )
 
@@ -203,8 +209,30 @@ def build_plan(program, mesh: Mesh, state: State, probes=()) -> Plan:
     return Planner(program, mesh, state).run(tuple(probes))
 
 
-def collective_why(program, step: Step, v: int, consumer: int | None) -> str:
-    """One sentence saying why a collective is there."""
+def code_of(program, v: int, consumer: int | None) -> tuple[str, str]:
+    """The user's line and the library's that a fetch of ``v`` for ``consumer`` comes from:
+    the consumer's, else (a program output, an op with no line) those of the op that made
+    ``v`` (a loop's region input: the loop's)."""
+    ops = program.ops
+    if consumer is not None and ops[consumer].source:
+        return ops[consumer].source, ops[consumer].library
+    producer = program.values[v].producer
+    if producer is not None:
+        return ops[producer].source, ops[producer].library
+    return "", ""
+
+
+def collective_why(
+    program, step: Step, v: int, consumer: int | None, code: tuple[str, str] = ("", "")
+) -> str:
+    """One sentence saying why a collective is there; ``code``: the user's line and the
+    library's it comes from (``code_of``), named at its end."""
+    text = _why(program, step, v, consumer)
+    at = where(*code)
+    return f"{text} (at {at})" if at else text
+
+
+def _why(program, step: Step, v: int, consumer: int | None) -> str:
     name = program.values[v].name
     who = program.ops[consumer].name if consumer is not None else "the program's output"
     axes = ",".join(step.axes)

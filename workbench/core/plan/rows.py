@@ -5,11 +5,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from workbench.core.ir.source_lines import where
 from workbench.core.layout.collectives import Collective
 
 #: Row keys, in column order. ``bytes`` are per device per run, ``seconds`` per step (every
-#: run); ``tactic`` names the tactic behind it; ``index`` is its place in the plan.
-COLUMNS = ("index", "kind", "value", "axes", "bytes", "count", "seconds", "tactic", "why")
+#: run); ``tactic`` names the tactic behind it; ``index`` is its place in the plan; ``code``
+#: the user's line it comes from and the library's, by file name (``lm.py:42 (mlp)``),
+#: ``code_path`` the whole lines, one a line, the library's second (``ir.source_lines``).
+COLUMNS = (
+    "index",
+    "kind",
+    "value",
+    "axes",
+    "bytes",
+    "count",
+    "seconds",
+    "tactic",
+    "code",
+    "why",
+    "code_path",
+)
 
 
 def collective_rows(
@@ -34,7 +49,9 @@ def collective_rows(
                 count=c.count,
                 seconds=None if seconds is None else seconds * c.count,
                 tactic=_tactic(c.tactic, schedule),
+                code=where(c.source, c.library),
                 why=c.why,
+                code_path=where(c.source, c.library, full=True),
             )
         )
     return rows

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from math import gcd
 
 from workbench.core.errors import NothingTiled
+from workbench.core.ir.source_lines import where
 from workbench.core.layout.sharding import Sharding
 from workbench.core.layout.state import Conflict, Note, Pin, Provenance, State
 
@@ -18,6 +19,8 @@ class Hop:
     op: str | None
     factor: str | None
     step: int
+    source: str = ""  # the op's user line, "path:line (function)" (``ir.source_lines``)
+    library: str = ""  # and the library line beside it
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,8 @@ class Trace:
                 lines.append(f"    {hop.value}  (selected by the tactic)")
             else:
                 via = f"{hop.op}" + (f" [factor {hop.factor}]" if hop.factor else "")
+                at = where(hop.source, hop.library)
+                via += f" at {at}" if at else ""
                 lines.append(f"    {'-> ' if i else ''}{hop.value}  via {via}")
         return "\n".join(lines)
 
@@ -55,9 +60,13 @@ class Why:
     sharding: Sharding
     traces: tuple[Trace, ...]
     notes: tuple[str, ...] = ()  # the tactics that target it but left it whole, and why
+    source: str = ""  # the user's line that made the value, "path:line (function)"
+    library: str = ""  # and the library line beside it
 
     def __str__(self) -> str:
-        lines = [f"{self.value}: {self.sharding}"] + [str(t) for t in self.traces]
+        at = where(self.source, self.library)
+        lines = [f"{self.value}: {self.sharding}"] + [f"  made at {at}"] * bool(at)
+        lines += [str(t) for t in self.traces]
         if not self.traces:
             lines.append("  replicated on every axis: no tactic reached it.")
         return "\n".join(lines + [f"  {n}" for n in self.notes])
@@ -99,6 +108,11 @@ def why(program, state: State, vid: int) -> Why:
                 None if p.op is None else program.ops[p.op].name,
                 p.factor,
                 p.step,
+                *(
+                    (program.ops[p.op].source, program.ops[p.op].library)
+                    if p.op is not None
+                    else ()
+                ),
             )
             for p in steps
         )
@@ -118,7 +132,9 @@ def why(program, state: State, vid: int) -> Why:
         for n in state.notes
         if n.value == vid
     )
-    return Why(program.values[vid].name, s, tuple(traces), notes)
+    producer = program.values[vid].producer
+    made = () if producer is None else (program.ops[producer].source, program.ops[producer].library)
+    return Why(program.values[vid].name, s, tuple(traces), notes, *made)
 
 
 def _tactic(state: State, i: int) -> str:
@@ -256,13 +272,20 @@ class ConflictReport:
     reason: str
     claims: tuple[tuple[str, str, str], ...]  # (value, what it wants, tactic)
     found_by: str
+    source: str = ""  # the op's user line, "path:line (function)" (``ir.source_lines``)
+    library: str = ""  # and the library line beside it
 
     def __str__(self) -> str:
         lines = [
             f"conflict at {self.op} on axis {self.axis!r}: {self.reason} (found by {self.found_by})"
         ]
+        at = where(self.source, self.library)
+        lines += [f"  written at {at}"] * bool(at)
         lines += [f"  {value} wants {wants}  <- {tactic}" for value, wants, tactic in self.claims]
         return "\n".join(lines)
+
+    def _repr_pretty_(self, printer, cycle):
+        printer.text(str(self))
 
 
 def report(program, state: State, conflict: Conflict) -> ConflictReport:
@@ -274,10 +297,13 @@ def report(program, state: State, conflict: Conflict) -> ConflictReport:
     claims = tuple(
         (program.values[c.value].name, c.wants, tactic_text(c.tactic)) for c in conflict.claims
     )
+    op = program.ops[conflict.op]
     return ConflictReport(
-        program.ops[conflict.op].name,
+        op.name,
         conflict.axis,
         conflict.reason,
         claims,
         tactic_text(conflict.tactic),
+        op.source,
+        op.library,
     )
