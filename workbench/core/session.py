@@ -11,11 +11,10 @@ from workbench.core.ir.program import Program
 from workbench.core.layout.mesh import Mesh, as_mesh, same_axes
 from workbench.core.layout.sharding import Sharding
 from workbench.core.layout.state import State
+from workbench.core.lowering.arguments import LOWERINGS
 from workbench.core.propagate.explain import ConflictReport, Event, Why, events, report, why
 from workbench.core.propagate.explain import notes as step_notes
 from workbench.core.propagate.tactics import Tactic, TacticInputError, apply_tactic
-
-LOWERINGS = ("explicit", "constrained", "propagated")
 
 
 class StepError(HistoryError, InputError):
@@ -250,23 +249,17 @@ class Session:
         preset) at ``step`` (default: the current one): time by compute and collective kind,
         and peak memory by category. Cached per state, spec and overlap, as plans are."""
         from workbench.core import hardware as presets
-        from workbench.core.estimate import estimate
+        from workbench.core.estimate import check_overlap, estimate
 
         state = self.state if step is None else self._states[self._step(step)]
         hardware = presets.resolve(hardware)  # None: the CPU preset; a preset's name; a spec
-        key = (hardware, overlap)
-        try:
-            hash(key)
-        except TypeError:  # an overlap the estimate refuses, saying what would work
-            return estimate(
-                self.program, self.mesh, state, self.plan(step), hardware, overlap=overlap
-            )
+        check_overlap(overlap)
         cache = self.__dict__.setdefault("_estimates", {}).setdefault(state, {})
-        if key not in cache:
-            cache[key] = estimate(
+        if (hardware, overlap) not in cache:
+            cache[hardware, overlap] = estimate(
                 self.program, self.mesh, state, self.plan(step), hardware, overlap=overlap
             )
-        return cache[key]
+        return cache[hardware, overlap]
 
     def lower(self, kind: str = "explicit", devices=None, donate=(), probes=()):
         """``(jitted fn of the flat inputs, jax Mesh)`` for ``kind`` "explicit", "constrained" or
