@@ -170,7 +170,10 @@ def test_mesh_may_repeat_the_files_mesh(saved, capsys):
 
 
 def test_the_example_strategy_loads(saved, capsys):
-    assert EXAMPLE.read_text() == saved[1].read_text()  # what Session.save writes today
+    """The example is a version 1 file: migrated, it is what Session.save writes today."""
+    from workbench.core.io.schema import migrate
+
+    assert migrate(json.loads(EXAMPLE.read_text())) == json.loads(saved[1].read_text())
     session = wb.Session.load(lm_tiny(), EXAMPLE)
     assert session.mesh == MESH and session.history == (wb.BP("batch"), wb.MP("model"))
     code, out, _ = run(capsys, "plan", "--model", "lm:small", "--strategy", EXAMPLE)
@@ -240,7 +243,7 @@ BAD = {
     ),
     "unknown hardware": (
         [*LM, "--strategy", SAVED, "--hardware", "h1000"],
-        ["--hardware 'h1000' is not a preset", "h100", "tpu_v5e", "workbench hardware"],
+        ["--hardware='h1000' is not a hardware preset", "h100", "tpu_v5e", "Did you mean"],
     ),
     "bad overlap": (
         [*LM, "--strategy", SAVED, "--overlap", "half"],
@@ -248,10 +251,58 @@ BAD = {
     ),
     "missing strategy file": (
         [*LM, "--strategy", "missing.json"],
-        ["'missing.json'", "No such file", "Session.save"],
+        ["--strategy 'missing.json' does not exist", "Session.save"],
     ),
-    "not JSON": ([*LM, "--strategy", Text("{oops")], ["cannot read it as a JSON strategy"]),
-    "not a strategy": ([*LM, "--strategy", Text('{"a": 1}')], ['"format": "workbench-strategy/1"']),
+    "not JSON": ([*LM, "--strategy", Text("{oops")], ["bad.json' is not JSON", "line 1 column 2"]),
+    "not a strategy": (
+        [*LM, "--strategy", Text('{"a": 1}')],
+        ['"format" field is missing', '"format": "workbench-strategy"'],
+    ),
+    "empty strategy file": ([*LM, "--strategy", Text("")], ["bad.json' is empty"]),
+    "truncated strategy file": (
+        [*LM, "--strategy", Text('{"format": "workbench-strategy", "mesh": {"batch"')],
+        ["is not JSON", "truncated?"],
+    ),
+    "a directory as the strategy file": ([*LM, "--strategy", "."], ["'.' is a directory"]),
+    "a schedule that is a number": (
+        [
+            *LM,
+            "--strategy",
+            Text('{"format": "workbench-strategy", "mesh": {"b": 2}, "schedule": 3}'),
+        ],
+        ['"schedule" is 3', "a list of tactics"],
+    ),
+    "a newer version": (
+        [*LM, "--strategy", Text('{"format": "workbench-strategy", "version": 99}')],
+        ["version 99, written by a newer workbench", "upgrade workbench"],
+    ),
+    "a huge search budget in the file": (
+        [*LM, "--strategy", [{"tactic": "Auto", "axes": "model", "budget": 10**9}]],
+        ["schedule[0] (Auto)", "budget=1,000,000,000", "outside 1 to 100,000"],
+    ),
+    "NaN seconds in the file": (
+        [
+            *LM,
+            "--strategy",
+            Text(
+                '{"format": "workbench-strategy", "mesh": {"b": 2}, '
+                '"schedule": [{"tactic": "Auto", "axes": "b", "seconds": NaN}]}'
+            ),
+        ],
+        ["NaN is not a number a strategy file may hold"],
+    ),
+    "a huge search budget on the command line": (
+        [*TACTICS, "Auto('batch', budget=10**9)"],
+        ["arguments must be literals"],
+    ),
+    "a huge literal search budget on the command line": (
+        [*TACTICS, "Auto('batch', budget=1000000000)"],
+        ["--tactics: schedule[0] (Auto)", "outside 1 to 100,000"],
+    ),
+    "an infinite duration on the command line": (
+        [*TACTICS, "Auto('batch', seconds=1e999)"],
+        ["--tactics: schedule[0].seconds is inf", "finite"],
+    ),
     "unknown tactic in the file": (
         [*LM, "--strategy", [{"tactic": "exec"}]],
         ["schedule[0] names tactic 'exec'", "'BP'"],
@@ -308,6 +359,27 @@ def test_bad_input_exits_2_with_a_message(case, saved, tmp_path, capsys):
         assert text in err
 
 
+def test_no_arguments_and_no_model_exit_2_with_usage(capsys):
+    for argv in ([], ["plan"], ["plan", "--mesh", "batch=2"]):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and out == "" and "Traceback" not in err
+        assert "usage: workbench" in err and "required" in err
+
+
+def test_an_internal_error_is_one_line_and_exit_1(monkeypatch, capsys):
+    """A bug (not bad input) still prints no traceback: one line that says to report it."""
+    import workbench.cli as cli
+
+    def broken(args):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(cli, "cmd_models", broken)
+    monkeypatch.delenv("WORKBENCH_TRACEBACK", raising=False)
+    code, out, err = run(capsys, "models")
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert "internal error: RuntimeError: simulated bug" in err and "report it" in err
+
+
 def test_usage_errors_exit_2(capsys):
     assert run(capsys, "plan", "--strategy", "x.json")[0] == 2  # no --model
     assert run(capsys, "plan", "--model", "lm", "--top", "many")[0] == 2
@@ -341,3 +413,27 @@ def test_the_entry_point_runs(saved):
     )
     assert bad.returncode == 2 and "no preset 'nope'" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        ([], "the following arguments are required"),
+        (["plan", "--model", "lm", "--strategy", "no/such/strategy.json"], "does not exist"),
+        (["plan", "--model", "lm", "--mesh", "batch=2", "--hardware", "h1000"], "h100"),
+    ],
+    ids=["no arguments", "missing strategy file", "unknown hardware"],
+)
+def test_the_module_fails_cleanly_in_a_subprocess(argv, expected, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("WORKBENCH_TRACEBACK", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert expected in done.stderr and "Traceback" not in done.stderr

@@ -19,8 +19,10 @@ tactics from the registered classes and executes nothing. ``--hardware`` is a pr
 case-insensitive (default: the host CPU placeholder); ``--overlap`` is none, full,
 prefetch (weights' gathers, gradients' reductions) or the fraction hidden behind compute.
 
-Bad input prints what was wrong to stderr and exits with status 2. Planning needs no
-accelerator: unless ``JAX_PLATFORMS`` is set, JAX runs on the CPU.
+Bad input prints what was wrong to stderr and exits with status 2 (a strategy file is
+checked by ``io.schema`` before the model is built); a bug prints one line and exits 1
+(``WORKBENCH_TRACEBACK=1``: the traceback). Planning needs no accelerator: unless
+``JAX_PLATFORMS`` is set, JAX runs on the CPU.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ import os
 import re
 import sys
 from dataclasses import fields
-from pathlib import Path
 
 USAGE_ERROR = 2
+INTERNAL_ERROR = 1
+INTERRUPTED = 130
 
 
 class UsageError(Exception):
@@ -138,58 +141,28 @@ def parse_tactic(text: str, classes: dict[str, type]) -> dict:
 def parse_tactics(texts: list[str], mesh: dict[str, int]) -> list:
     """The tactics ``--tactics`` writes as calls, checked by the loader of strategy files (the
     same fixed table of classes), whose messages name ``--tactics`` and the tactic's place."""
-    from workbench.core.io.export import FORMAT, tactic_classes, tactics_from_json
+    from workbench.core.io import schema
 
-    classes = tactic_classes()
+    classes = schema.tactic_classes()
     schedule = [parse_tactic(text, classes) for text in texts]
-    data = {"format": FORMAT, "mesh": mesh, "schedule": schedule}
-    return tactics_from_json(data, source="--tactics")[1]
+    data = {"format": schema.FORMAT, "version": schema.VERSION, "mesh": mesh}
+    return schema.tactics_from_data({**data, "schedule": schedule}, source="--tactics")[1]
 
 
 def read_strategy(path: str):
-    """``(mesh dict, tactics)`` of a strategy file, with the loader ``Session.load`` uses."""
-    from workbench.core.errors import WorkbenchError
-    from workbench.core.io.export import tactics_from_json
+    """``(mesh dict, tactics)`` of a strategy file, with the loader ``Session.load`` uses
+    (``io.schema``): its errors say what is wrong with the file."""
+    from workbench.core.io.export import read
 
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UsageError(
-            f"--strategy {path!r}: cannot read it as a JSON strategy file ({err}); "
-            "write one with Session.save(path)."
-        ) from err
-    try:
-        mesh, tactics = tactics_from_json(data)
-    except WorkbenchError as err:
-        raise UsageError(f"--strategy {path!r}: {err}") from err
+    mesh, tactics = read(path, source=f"--strategy {path!r}")
     return mesh.shape, tactics
 
 
-def hardware_presets() -> dict[str, tuple[object, list[str]]]:
-    """Preset name -> (hardware, short names): the module's constant names, lower case."""
-    from workbench.core import hardware
-
-    out = {h.name: (h, []) for h in hardware.PRESETS.values()}
-    for attr, value in vars(hardware).items():
-        if attr.isupper() and getattr(value, "name", None) in out and out[value.name][0] is value:
-            out[value.name][1].append(attr.lower())
-    return out
-
-
-def _key(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", name.lower())
-
-
 def find_hardware(name: str):
-    presets = hardware_presets()
-    for full, (hw, short) in presets.items():
-        if _key(name) in {_key(full), *map(_key, short)}:
-            return hw
-    listed = ", ".join(short[0] if short else full for full, (_, short) in presets.items())
-    raise UsageError(
-        f"--hardware {name!r} is not a preset; choose one of {listed} "
-        "(case-insensitive; `workbench hardware` lists their figures)."
-    )
+    """The preset ``--hardware`` names (``hardware.resolve``: case-insensitive)."""
+    from workbench.core.hardware import resolve
+
+    return resolve(name, what="--hardware")
 
 
 def build_model(spec: str):
@@ -391,7 +364,9 @@ def cmd_hardware(args) -> int:
 
     rows = [["--hardware", "name", "bf16 TFLOP/s", "f32 TFLOP/s", "HBM", "memory", "links"]]
     notes = []
-    for full, (hw, short) in hardware_presets().items():
+    from workbench.core.hardware import preset_table
+
+    for full, (hw, short) in preset_table().items():
         links = "; ".join(
             f"{x.name} {x.bandwidth / 1e9:g} GB/s {x.latency * 1e6:g} us" for x in hw.links
         )
@@ -455,6 +430,19 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader stopped early (`| head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        print(f"workbench {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except Exception as err:  # a bug, not bad input: one line, no traceback
+        if os.environ.get("WORKBENCH_TRACEBACK"):
+            raise
+        print(
+            f"workbench {args.command}: internal error: {type(err).__name__}: {err}\n"
+            "This is a bug in workbench: please report it with the command line "
+            "(WORKBENCH_TRACEBACK=1 shows where it happened).",
+            file=sys.stderr,
+        )
+        return INTERNAL_ERROR
 
 
 if __name__ == "__main__":

@@ -80,7 +80,8 @@ def test_json_strategies_round_trip(tmp_path):
     )
     path = s.save(tmp_path / "strategy.json")
     data = json.loads(path.read_text())
-    assert data["format"] == "workbench-strategy/1" and data["mesh"] == {"batch": 2, "model": 4}
+    assert (data["format"], data["version"]) == ("workbench-strategy", 2)
+    assert data["mesh"] == {"batch": 2, "model": 4}
     assert data["schedule"][0] == {
         "tactic": "BP",
         "axis": "batch",
@@ -105,9 +106,9 @@ def test_json_strategies_round_trip(tmp_path):
         ),
         (
             [{"tactic": "Tile", "selector": {"$": 1}, "dim": 0, "axis": "batch"}],
-            r"holds a dict; only strings",
+            r"holds a dict .*; only strings",
         ),
-        ([{"tactic": "Tile", "selector": "x"}], r"schedule\[0\] \(Tile\): .*missing"),
+        ([{"tactic": "Tile", "selector": "x"}], r"schedule\[0\] \(Tile\) lacks 'dim', 'axis'"),
         (
             [{"tactic": "Tile", "selector": "x", "dim": "0", "axis": "batch"}],
             r"schedule\[0\]\.dim of Tile must be an integer; got '0'",
@@ -141,10 +142,10 @@ def test_json_loading_takes_data_only(tmp_path, schedule, message):
     with pytest.raises(WorkbenchError, match=message):
         wb.Session.load(program, path)
     path.write_text("{not json")
-    with pytest.raises(WorkbenchError, match="cannot read strategy file"):
+    with pytest.raises(WorkbenchError, match=r"bad\.json' is not JSON"):
         wb.Session.load(program, path)
     path.write_bytes(b'{"format": "\xff\xfe"}')  # not UTF-8: the CLI's reader says so too
-    with pytest.raises(WorkbenchError, match=r"cannot read strategy file.*utf-8"):
+    with pytest.raises(WorkbenchError, match=r"bad.json' is not UTF-8"):
         wb.Session.load(program, path)
 
 

@@ -1,37 +1,66 @@
 """Export a session: Python that rebuilds its schedule, plain JAX that needs no workbench, and
-a JSON strategy file (data only; loading it never executes anything).
+a JSON strategy file (data only; ``schema`` checks what is read, and executes nothing).
 
-Every string written into exported text goes through ``repr``, so value names holding
-quotes, newlines or code stay inert data.
+Every value written into generated code goes through ``literal`` (comments through
+``comment``), so names holding quotes, newlines, backslashes or code stay inert data,
+inside code, comments and docstrings alike.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import numbers
+import os
 from dataclasses import MISSING, fields
 from pathlib import Path
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import InputError, WorkbenchError, given
+from workbench.core.io import schema
+from workbench.core.io.schema import tactic_classes
 from workbench.core.layout.mesh import Mesh
 
-FORMAT = "workbench-strategy/1"
+FORMAT = schema.FORMAT
+__all__ = ["FORMAT", "export_code", "literal", "read", "save", "tactic_classes", "to_json"]
 
 
-def tactic_classes() -> dict[str, type]:
-    """Every tactic a strategy file may name, by class name."""
-    from workbench.core.io.imports import Imported
-    from workbench.core.propagate import tactics
-    from workbench.core.strategies import NAMED
+# -- quoting ------------------------------------------------------------------------------------
+def _char(ch: str) -> str:
+    if ch in "\\'\"":
+        return "\\" + ch
+    return ch if " " <= ch <= "~" else ascii(ch)[1:-1]
 
-    classes = {c.__name__: c for c in (tactics.Tile, tactics.Replicate, tactics.Atomic, Imported)}
-    classes.update(NAMED)  # the named strategies and Role, as each registered itself
-    try:
-        from workbench.core.search.tree import Auto
 
-        classes["Auto"] = Auto
-    except ImportError:  # pragma: no cover - the search is optional
-        pass
-    return classes
+def literal(value) -> str:
+    """Python source for ``value`` (str, int, float, bool, None, and lists, tuples and dicts
+    of those) that is inert anywhere in generated code: strings are single-quoted printable
+    ASCII with every quote, backslash and other character escaped, so no name can end a
+    string, a docstring or a comment line. Anything else raises ``InputError``."""
+    if isinstance(value, str):
+        return "'" + "".join(map(_char, value)) + "'"
+    if isinstance(value, bool | type(None)):
+        return repr(value)
+    if isinstance(value, numbers.Integral):
+        return repr(int(value))
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        return repr(value) if math.isfinite(value) else f"float({str(value)!r})"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(literal, value)) + "]"
+    if isinstance(value, tuple):
+        inner = ", ".join(map(literal, value))
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items()) + "}"
+    raise InputError(
+        f"cannot write {given(value)} into generated code; only strings, numbers, booleans, "
+        "None and lists, tuples and dicts of those are written."
+    )
+
+
+def comment(text: str) -> str:
+    """``text`` for a one-line ``#`` comment: printable ASCII, every other character escaped."""
+    return "".join(ch if " " <= ch <= "~" else ascii(ch)[1:-1] for ch in str(text))
 
 
 def exported_tactics(session) -> list:
@@ -54,16 +83,15 @@ def _schedule_lines(session) -> list[str]:
             lines.append(f"    {_tactic_code(tactic)},")
             continue
         chosen = decided(session.program, session.mesh, session.state_at(i))
-        # str() of a search holds only repr()s of its fields: one line, inert
         note = "decided:" if chosen else "decided to leave every input as it was"
-        lines.append(f"    # {' '.join(str(tactic).split())} {note}")
+        lines.append(f"    # {comment(' '.join(str(tactic).split()))} {note}")
         lines += [f"    {_tactic_code(t)}," for t in chosen]
     return lines
 
 
 def _tactic_code(tactic) -> str:
     """``Tile(selector='params/**/w_in', dim=1, axis='model')``: every field left at its
-    default omitted, every value written with ``repr`` (strings stay inert data)."""
+    default omitted, every value written by ``literal`` (strings stay inert data)."""
     args = []
     for f in fields(tactic):
         if not f.init or f.name.startswith("_"):
@@ -71,7 +99,7 @@ def _tactic_code(tactic) -> str:
         value = getattr(tactic, f.name)
         if f.default is MISSING or value != f.default:
             value = list(value) if isinstance(value, tuple) else value
-            args.append(f"{f.name}={value!r}")
+            args.append(f"{f.name}={literal(value)}")
     return f"{type(tactic).__name__}({', '.join(args)})"
 
 
@@ -84,7 +112,8 @@ def export_code(session) -> str:
     named = [n for n in used if n in registry.NAMED]  # imported from the registry
     core = [n for n in used if n not in named]  # the primitive tactics, from ``workbench``
     lines = [
-        f'"""The partitioning schedule of {session.program.name!r} on {session.mesh}, exported by workbench.',
+        f'"""The partitioning schedule of {literal(session.program.name)} on a '
+        f"{literal(dict(session.mesh.axes))} mesh, exported by workbench.",
         "",
         "    session = build(workbench.capture(fn, *args))",
         '"""',
@@ -97,7 +126,7 @@ def export_code(session) -> str:
         lines.append(f"from {registry.__name__} import {', '.join(named)}")
     lines += [
         "",
-        f"MESH = workbench.Mesh({dict(session.mesh.axes)!r})",
+        f"MESH = workbench.Mesh({literal(dict(session.mesh.axes))})",
         "SCHEDULE = [",
         *_schedule_lines(session),
         "]",
@@ -113,139 +142,75 @@ def export_code(session) -> str:
 
 # -- JSON strategy files ------------------------------------------------------------------------
 def to_json(session) -> dict:
+    """The session's strategy as a document at ``schema.VERSION``."""
     schedule = []
     for tactic in exported_tactics(session):
         entry = {"tactic": type(tactic).__name__}
-        for f in fields(tactic):
-            if f.init and not f.name.startswith("_"):
-                value = getattr(tactic, f.name)
-                entry[f.name] = list(value) if isinstance(value, tuple) else value
-        schedule.append(entry)
+        for name in schema.data_fields(type(tactic)):
+            value = getattr(tactic, name)
+            entry[name] = list(value) if isinstance(value, tuple) else value
+        schedule.append(_lists(entry))
     return {
-        "format": FORMAT,
+        "format": schema.FORMAT,
+        "version": schema.VERSION,
         "program": session.program.name,
         "mesh": dict(session.mesh.axes),
         "schedule": schedule,
     }
 
 
+def _lists(value):
+    """Tuples as lists, all the way down (JSON has lists)."""
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_lists(v) for v in value]
+    return value
+
+
 def save(session, path) -> Path:
+    """Write the session's strategy to ``path`` (its folder must exist): only a document the
+    loader reads back is written, and a failed write leaves no half-written file."""
+    if not isinstance(path, str | Path) or not str(path).strip():
+        raise InputError(f"save needs a file path (a str or a Path); got {given(path)}.")
     path = Path(path)
-    path.write_text(json.dumps(to_json(session), indent=2) + "\n")
+    if path.is_dir():
+        raise InputError(
+            f"save: {str(path)!r} is a folder; give a file path in it, e.g. "
+            f"{str(path / 'strategy.json')!r}."
+        )
+    if not path.parent.is_dir():
+        raise InputError(
+            f"save: the folder {str(path.parent)!r} of {str(path)!r} does not exist; create "
+            "it first (e.g. os.makedirs) or save to a file in an existing folder."
+        )
+    data = to_json(session)
+    try:
+        schema.tactics_from_data(data, source="the strategy to save")
+        text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+    except (WorkbenchError, TypeError, ValueError) as err:
+        raise InputError(
+            f"save: this session's schedule cannot be written as a strategy file ({err}); "
+            "export_code() writes it as Python instead."
+        ) from err
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError as err:
+        temporary.unlink(missing_ok=True)
+        raise InputError(f"save: cannot write {str(path)!r} ({err.strerror or err}).") from err
     return path
 
 
-_SCALARS = (str, int, float, bool, type(None))
-
-
-def _plain(value, where: str):
-    """Only strings, numbers, booleans, null and lists of those: a strategy is data."""
-    if isinstance(value, list):
-        return tuple(_plain(v, where) for v in value)
-    if isinstance(value, _SCALARS):
-        return value
-    raise WorkbenchError(
-        f"{where} holds a {type(value).__name__}; only strings, numbers and lists are allowed."
-    )
-
-
-#: Tactic fields that hold objects, not data: never read from a file.
-_NOT_DATA = frozenset({"callback", "hardware"})
-_TYPES = {
-    "str": str,
-    "int": int,
-    "float": float,
-    "bool": bool,
-    "Selector": str,
-    "Triples": "triples",
-}
-
-
-def _strings(v) -> bool:
-    return isinstance(v, str) or (isinstance(v, tuple) and all(isinstance(x, str) for x in v))
-
-
-#: Per kind of field: what a value read from a file must pass, and how to say it.
-_ACCEPTS = {
-    str: (_strings, "a string or a list of strings"),
-    tuple: (_strings, "a list of strings"),
-    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
-    float: (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
-    bool: (lambda v: isinstance(v, bool), "true or false"),
-    "triples": (
-        lambda v: isinstance(v, tuple) and all(isinstance(t, tuple) and len(t) == 3 for t in v),
-        "a list of [selector, dim, axis] lists",
-    ),
-}
-
-
-def _check_type(cls, f, value, where: str) -> None:
-    """A field gets the kind of value its declaration or default says (selectors: a string
-    or a list of strings; numbers: ints where floats go too; ``X | None``: null too)."""
-    declared = str(f.type)
-    if value is None and ("None" in declared or f.default is None):
-        return
-    base = declared.split("|")[0].strip()
-    if f.default not in (MISSING, None):
-        kind = type(f.default)
-    else:
-        kind = tuple if base.startswith("tuple") else _TYPES.get(base)
-    if kind in _ACCEPTS and not _ACCEPTS[kind][0](value):
-        raise WorkbenchError(
-            f"{where} of {cls.__name__} must be {_ACCEPTS[kind][1]}; got {value!r}."
-        )
-
-
 def tactics_from_json(data, source: str = "strategy file") -> tuple[Mesh, list]:
-    """The mesh and tactics a strategy file describes, checked field by field; messages name
-    ``source`` as where the schedule came from (the command line passes ``--tactics``)."""
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise WorkbenchError(
-            f'not a workbench strategy: expected a JSON object with "format": "{FORMAT}".'
-        )
-    mesh_data = data.get("mesh")
-    if not isinstance(mesh_data, dict) or not all(isinstance(v, int) for v in mesh_data.values()):
-        raise WorkbenchError(
-            f'{source}: "mesh" must map axis names to sizes, e.g. {{"batch": 2, "model": 4}}.'
-        )
-    mesh = Mesh(mesh_data)
-    classes = tactic_classes()
-    tactics = []
-    for i, entry in enumerate(data.get("schedule", [])):
-        if not isinstance(entry, dict) or entry.get("tactic") not in classes:
-            name = entry.get("tactic") if isinstance(entry, dict) else entry
-            raise WorkbenchError(
-                f"{source}: schedule[{i}] names tactic {name!r}; known tactics are {sorted(classes)}."
-            )
-        cls = classes[entry["tactic"]]
-        fields_by_name = {
-            f.name: f
-            for f in fields(cls)
-            if f.init and not f.name.startswith("_") and f.name not in _NOT_DATA
-        }
-        allowed = set(fields_by_name)
-        kwargs = {}
-        for key, value in entry.items():
-            if key == "tactic":
-                continue
-            if key not in allowed:
-                raise WorkbenchError(
-                    f"{source}: schedule[{i}] ({cls.__name__}) has field {key!r}; it takes {sorted(allowed)}."
-                )
-            where = f"{source}: schedule[{i}].{key}"
-            kwargs[key] = _plain(value, where)
-            _check_type(cls, fields_by_name[key], kwargs[key], where)
-        try:
-            tactics.append(cls(**kwargs))
-        except TypeError as err:
-            raise WorkbenchError(f"{source}: schedule[{i}] ({cls.__name__}): {err}") from err
-    return mesh, tactics
+    """The mesh and tactics a strategy document describes (any known version), checked by
+    ``schema``; messages name ``source`` (the command line passes ``--tactics``)."""
+    return schema.tactics_from_data(schema.migrate(data, source), source)
 
 
-def read(path) -> tuple[Mesh, list]:
-    """The mesh and schedule a JSON strategy file holds (``Session.load`` builds the session)."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise WorkbenchError(f"cannot read strategy file {str(path)!r}: {err}") from err
-    return tactics_from_json(data)
+def read(path, source: str | None = None) -> tuple[Mesh, list]:
+    """The mesh and schedule a JSON strategy file holds (``Session.load`` builds the session);
+    a file that is not one raises ``FileFormatError`` (``LimitError`` if too large)."""
+    source = source or f"strategy file {given(str(path))}"
+    return schema.tactics_from_data(schema.read_data(path, source), source)

@@ -11,11 +11,12 @@ lines, renamed locals, code moved into helpers.
 from __future__ import annotations
 
 from workbench.core.errors import InputError, WorkbenchError, given
+from workbench.core.io.export import literal
 from workbench.core.io.structure import SOURCE, structural_keys
 from workbench.core.lowering.constrained import SPATIAL_CONV_FAULTY, spatial_tilings
 from workbench.core.ops import calls
 
-_TEMPLATE = '''"""Shardings of {name!r} on a {mesh_text} mesh, exported by workbench. Needs only JAX.
+_TEMPLATE = '''"""Shardings of {name} on a {mesh_text} mesh, exported by workbench. Needs only JAX.
 
     step = partitioned(train_step)        # jit with these shardings on all attached devices
     out = step(*args)
@@ -32,8 +33,8 @@ from jax.extend.core import Literal
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-AXES = {axes!r}
-SHAPE = {shape!r}
+AXES = {axes}
+SHAPE = {shape}
 
 # one spec per leaf of the arguments and of the outputs, in jax.tree_util order
 IN_SPECS = [
@@ -47,7 +48,7 @@ CONSTRAINTS = {{
 {constraints}
 }}
 # primitives whose callee is entered, and the parameter holding it
-CALLS = {calls!r}
+CALLS = {calls}
 # Convolutions these shardings tile on a spatial (windowed) dimension. On the backends in
 # FAULTY_BACKENDS, XLA's SPMD partitioner computes wrong gradients for those (a kernel
 # gradient counted once per replica), so partitioned() refuses to run there: keep spatial
@@ -55,7 +56,7 @@ CALLS = {calls!r}
 SPATIAL_CONVS = [
 {spatial}
 ]
-FAULTY_BACKENDS = {faulty!r}
+FAULTY_BACKENDS = {faulty}
 
 {structure}
 
@@ -135,7 +136,7 @@ def partitioned(fn, mesh=None):
 '''
 
 
-_EXPLICIT = '''"""Shardings of {name!r} on a {mesh_text} mesh in JAX's explicit sharding mode,
+_EXPLICIT = '''"""Shardings of {name} on a {mesh_text} mesh in JAX's explicit sharding mode,
 exported by workbench. Needs only JAX.
 
     mesh = make_mesh()                  # axes of AxisType.Explicit
@@ -156,8 +157,8 @@ from jax.extend.core import Literal
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-AXES = {axes!r}
-SHAPE = {shape!r}
+AXES = {axes}
+SHAPE = {shape}
 
 # one spec per leaf of the arguments and of the outputs, in jax.tree_util order
 IN_SPECS = [
@@ -171,10 +172,10 @@ SPECS = {{
 {constraints}
 }}
 # primitives whose callee is entered, and the parameter holding it
-CALLS = {calls!r}
+CALLS = {calls}
 # whether the step is written for explicit sharding (traced under the mesh, as it was
 # captured) or for the compiler's propagation (traced without one)
-TRACE_IN_MESH = {in_mesh!r}
+TRACE_IN_MESH = {in_mesh}
 # parameters that name a result's layout
 LAYOUT_PARAMS = ("out_sharding", "sharding", "dst_sharding")
 
@@ -271,9 +272,9 @@ def _spec_code(sharding) -> str:
         if not axes:
             parts.append("None")
         elif len(axes) == 1:
-            parts.append(repr(axes[0]))
+            parts.append(literal(axes[0]))
         else:
-            parts.append(repr(tuple(axes)))
+            parts.append(literal(tuple(axes)))
     while parts and parts[-1] == "None":
         parts.pop()
     return f"P({', '.join(parts)})"
@@ -292,44 +293,46 @@ def export_jax(session, mode: str = "constrained") -> str:
         )
     program, state, mesh = session.program, session.state, session.mesh
     in_specs = [
-        f"    {_spec_code(state.shardings[v])},  # {program.values[v].name!r}"
+        f"    {_spec_code(state.shardings[v])},  # {literal(program.values[v].name)}"
         for v in program.inputs
     ]
     out_specs = []
     for v, name in zip(program.outputs, program.output_names):
         spec = _spec_code(state.shardings[v]) if isinstance(v, int) else "P()"
-        out_specs.append(f"    {spec},  # {name!r}")
+        out_specs.append(f"    {spec},  # {literal(name)}")
     constraints = []
     for op_id, keys in zip(program.body, op_keys(program)):
         for v, key in zip(program.ops[op_id].results, keys):
             s = state.shardings[v]
             if s.tiled_axes or mode == "explicit":
-                constraints.append(f"    {key!r}: {_spec_code(s)},  # {program.values[v].name!r}")
+                constraints.append(
+                    f"    {literal(key)}: {_spec_code(s)},  # {literal(program.values[v].name)}"
+                )
     if mode == "explicit":
         return _EXPLICIT.format(
-            name=program.name,
-            mesh_text=str(dict(mesh.axes)),
-            axes=mesh.names,
-            shape=mesh.sizes,
+            name=literal(program.name),
+            mesh_text=literal(dict(mesh.axes)),
+            axes=literal(mesh.names),
+            shape=literal(mesh.sizes),
             in_specs="\n".join(in_specs),
             out_specs="\n".join(out_specs),
             constraints="\n".join(constraints),
-            calls=calls(),
-            in_mesh=written_explicit(program),
+            calls=literal(calls()),
+            in_mesh=literal(written_explicit(program)),
             structure=SOURCE,
         )
-    spatial = [f"    {str(t)!r}," for t in spatial_tilings(program, state)]
+    spatial = [f"    {literal(str(t))}," for t in spatial_tilings(program, state)]
     return _TEMPLATE.format(
-        name=program.name,
-        mesh_text=str(dict(mesh.axes)),
-        axes=mesh.names,
-        shape=mesh.sizes,
+        name=literal(program.name),
+        mesh_text=literal(dict(mesh.axes)),
+        axes=literal(mesh.names),
+        shape=literal(mesh.sizes),
         in_specs="\n".join(in_specs),
         out_specs="\n".join(out_specs),
         constraints="\n".join(constraints),
-        calls=calls(),
+        calls=literal(calls()),
         spatial="\n".join(spatial),
-        faulty=tuple(sorted(SPATIAL_CONV_FAULTY)),
+        faulty=literal(tuple(sorted(SPATIAL_CONV_FAULTY))),
         structure=SOURCE,
     )
 
