@@ -151,6 +151,20 @@ def test_graph_in_browser(lab_server, browser_page, page_log, tmp_path):
     )
     print(f"open a box: {time.monotonic() - started:.2f} s")
 
+    # boxes open into boxes (a phase, the repeated block, a layer): open until a frame shows
+    for _ in range(4):
+        if panel.locator("g.cluster.wb-foldable").count():
+            break
+        wait_settled(page)
+        svg_before = panel.locator("svg").first.evaluate("s => s.outerHTML.length")
+        panel.locator("g.node.wb-foldable").first.dispatch_event("click")
+        _wait(
+            lambda s=svg_before: (
+                panel.locator("svg").first.evaluate("s => s.outerHTML.length") != s
+            ),
+            what="a box to open",
+        )
+
     # and an opened block's frame folds it again (a click event on its title: the view
     # opens on what was opened, where the title may sit outside the panel)
     wait_settled(page)

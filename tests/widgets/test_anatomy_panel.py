@@ -86,6 +86,7 @@ def test_a_bad_correction_shows_and_changes_nothing(selector, role, dim, words):
 
 def test_no_dim_disables_the_dim_box():
     panel = bench("mlp").anatomy
+    panel.selector.value = "batch/*"  # an empty selector is refused when the Role is built
     panel.no_dim.value = True
     assert panel.dim.disabled and panel.tactic().dim is None
     panel.no_dim.value = False

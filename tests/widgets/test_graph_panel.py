@@ -8,6 +8,7 @@ import pytest
 import workbench as wb
 from tests.widgets.conftest import MESH, on_page
 from workbench.core import hardware as hw
+from workbench.core.errors import InputError
 from workbench.widgets import Workbench
 
 
@@ -26,11 +27,35 @@ def send(bench, **message):
     assert not bench.error.value, bench.error.value
 
 
-def test_opens_folded_by_blocks_on_what_changed(bench):
-    g = bench.graph
+def test_opens_fitted_on_the_folded_program(program):
+    bench = on_page(Workbench(program, mesh=MESH, hardware=hw.TPU_V5E))
+    g, pic = bench.graph, bench.graph_panel.picture
     assert g.svg.startswith("<svg") and "wb-graph" in g._dom_classes
-    assert set(g.folds.values()) >= {"forward/layers", "forward/layer0", "backward", "optimizer"}
-    assert g.focus["ids"] and set(g.focus["ids"]) <= set(bench.graph_panel.picture.changed)
+    # the phases and the repeated block as a few boxes, none of the ops one by one
+    assert set(g.folds.values()) >= {"forward/pre", "forward/layers", "backward", "optimizer"}
+    assert not pic.nodes.drawn
+    assert g.focus["mode"] == "fit" and not g.focus["keep_zoom"]
+    boxes = g.focus["ids"]
+    assert 3 <= len(boxes) <= 8 and set(boxes) == set(pic.nodes.groups) & set(pic.folds)
+    assert all(f'id="{b}"' in g.svg for b in boxes)
+
+
+def test_fits_each_step_on_what_it_changed(bench):
+    g, pic = bench.graph, bench.graph_panel.picture
+    assert g.focus["mode"] == "fit" and g.focus["ids"]
+    assert set(g.focus["ids"]) == set(pic.changed)
+    ranks = [0 if e.startswith("op") else 1 if e.startswith("e") else 2 for e in g.focus["ids"]]
+    assert ranks == sorted(ranks)  # ops drawn one by one, then values, then the rest
+    n = g.focus["n"]
+    bench.history.undo.click()
+    assert g.focus["n"] > n and set(g.focus["ids"]) == set(bench.graph_panel.picture.changed)
+    bench.history.reset.click()  # nothing changed at step 0: the folded boxes again
+    assert set(g.focus["ids"]) <= set(bench.graph_panel.picture.nodes.groups)
+
+
+def test_show_refuses_a_mode_it_does_not_know(bench):
+    with pytest.raises(InputError, match=r"'zoom'.*use one of"):
+        bench.graph.show([], mode="zoom")
 
 
 def test_clicking_a_value_inspects_it(bench):
@@ -42,6 +67,8 @@ def test_clicking_a_value_inspects_it(bench):
     assert bench.sections.selected_index == 1
     assert set(bench.graph.selected) >= set(elements) or vid != pic.element_value(elements[0])
     assert html.escape(name) in bench.graph_panel.why.value
+    send(bench, event="click", id=next(e for e, k in pic.folds.items() if k == "forward/pre"))
+    pic = bench.graph_panel.picture
     op = pic.nodes.drawn[0]  # an op: its first result
     send(bench, event="click", id=f"op{op}")
     assert (
@@ -65,11 +92,19 @@ def test_a_box_opens_and_its_frame_folds_it(bench):
     assert "backward" in panel.expanded and bench.graph.svg != before
     assert any(k.startswith("backward/") for k in bench.graph.folds.values())
     assert not bench.graph.focus["keep_zoom"] and bench.graph.focus["ids"]
+    send(
+        bench,
+        event="click",
+        id=next(e for e, k in panel.picture.folds.items() if k == "forward/layers"),
+    )
+    layer = next(e for e, k in panel.picture.folds.items() if k == "forward/layer0")
+    assert set(bench.graph.focus["ids"]) >= {layer}  # the view fits on what opened
+    send(bench, event="click", id=layer)
     frame = next(e for e, k in panel.picture.folds.items() if k == "forward/layer0")
     assert frame.startswith("b")  # the opened layer's cluster
     send(bench, event="click", id=frame)
     assert "forward/layer0" not in panel.expanded
-    assert "forward/layer0" not in bench.graph.folds.values()
+    assert not any(e.startswith("b") for e, k in bench.graph.folds.items() if k == "forward/layer0")
 
 
 def test_a_collective_says_why(bench):

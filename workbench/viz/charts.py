@@ -94,7 +94,9 @@ def memory_breakdown(estimate: Estimate) -> go.Figure:
     e, m = estimate, estimate.memory
     fig = go.Figure()
     _memory_bars(fig, [e.hardware], [e])
-    fig.update_layout(barmode="stack", bargap=0.55, width=520, height=440)
+    fig.update_layout(barmode="stack", bargap=0.55, width=520, height=480)
+    # the legend below the bars, wrapping: beside them it is cut where the panel is narrow
+    fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.12, yanchor="top"))
     title = f"Peak memory per device: {format_bytes(m.peak)}, {_verdict(m, color=True)}"
     subtitle = (
         f"capacity {format_bytes(m.capacity)} on {e.hardware} ({_share(m.peak, m.capacity)} "

@@ -13,7 +13,7 @@ import ipywidgets as w
 from workbench.core.strategies.roles import ROLES, Role
 from workbench.viz import anatomy_html, anatomy_rows
 from workbench.widgets import render
-from workbench.widgets.controls import button, heading, name_field
+from workbench.widgets.controls import button, error_line, heading, name_field, panel
 
 TITLE = "What the workbench sees in your model"
 HELP = (
@@ -44,15 +44,21 @@ class AnatomyPanel:
             "Apply correction", "wb-role-apply", "add this Role step to the schedule", "primary"
         )
         self.apply_button.on_click(lambda _: self.apply())
-        self.box = w.VBox(
+        self.error = error_line()
+        self.box = panel(
+            "anatomy",
             [
                 heading(TITLE),
                 w.HTML(render.note(HELP)),
                 self.table,
                 heading("Correct a role"),
                 self.selector,
-                w.HBox([self.role, self.dim, self.no_dim, self.apply_button]),
-            ]
+                w.HBox(
+                    [self.role, self.dim, self.no_dim, self.apply_button],
+                    layout=w.Layout(flex_flow="row wrap"),
+                ),
+                self.error,
+            ],
         )
 
     def tactic(self) -> Role:
@@ -60,7 +66,8 @@ class AnatomyPanel:
         return Role(self.selector.value.strip(), self.role.value, dim)
 
     def apply(self) -> None:
-        self.bench.act(f"Role {self.selector.value!r} as {self.role.value!r}", self.tactic)
+        what = f"Role {self.selector.value!r} as {self.role.value!r}"
+        self.bench.act(what, self.tactic, self.error)
 
     def update(self, session) -> None:
         self.table.value = anatomy_html(anatomy_rows(session))

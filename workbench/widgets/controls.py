@@ -51,6 +51,21 @@ def name_field(names: list[str], placeholder: str, width: str) -> w.Combobox:
     return field
 
 
+def error_line() -> w.HTML:
+    """Where a panel shows the failure of what the user did in it (``Workbench.redraw``)."""
+    line = w.HTML(layout=w.Layout(max_width="100%"))
+    line.add_class("wb-panel-error")
+    return line
+
+
+def panel(name: str, children, **layout) -> w.VBox:
+    """A panel of the workbench: ``wb-panel wb-panel-<name>`` (the browser test's handles)."""
+    box = w.VBox(children, layout=w.Layout(min_width="0", max_width="100%", **layout))
+    box.add_class("wb-panel")
+    box.add_class(f"wb-panel-{name}")
+    return box
+
+
 def heading(text: str) -> w.HTML:
     return w.HTML(f"<h4 style='margin:8px 0 2px 0'>{text}</h4>")
 
@@ -72,12 +87,15 @@ class StrategyBar:
             b = button(name, f"wb-strategy-{name}", f"{name}: {doc}")
             b.on_click(lambda _, name=name: self.apply(name))
             self.buttons[name] = b
-        self.box = w.VBox(
+        self.error = error_line()
+        self.box = panel(
+            "strategies",
             [
                 heading("Named strategies"),
                 w.HBox([*self.buttons.values()], layout=w.Layout(flex_flow="row wrap")),
                 self.axis,
-            ]
+                self.error,
+            ],
         )
 
     def axis_for(self, name: str) -> str:
@@ -85,7 +103,7 @@ class StrategyBar:
         return suggested_axis(name, mesh) if self.axis.value == SUGGESTED else self.axis.value
 
     def apply(self, name: str) -> None:
-        self.bench.act(f"{name}", lambda: STRATEGIES[name](self.axis_for(name)))
+        self.bench.act(f"{name}", lambda: STRATEGIES[name](self.axis_for(name)), self.error)
 
 
 class TacticBuilder:
@@ -106,13 +124,16 @@ class TacticBuilder:
         self.apply_button.on_click(lambda _: self.apply())
         self.value.observe(lambda _: self.update_dims(), "value")
         self.kind.observe(lambda _: self.update_dims(), "value")
-        self.box = w.VBox(
+        self.error = error_line()
+        self.box = panel(
+            "tactic",
             [
                 heading("Tactic"),
                 self.value,
                 w.HBox([self.kind]),
                 w.HBox([self.dim, self.axis, self.apply_button]),
-            ]
+                self.error,
+            ],
         )
 
     def update_dims(self) -> None:
@@ -136,7 +157,7 @@ class TacticBuilder:
         return (Replicate if self.kind.value == "Replicate" else Atomic)(selector, axis)
 
     def apply(self) -> None:
-        self.bench.act(f"{self.kind.value} {self.value.value!r}", self.tactic)
+        self.bench.act(f"{self.kind.value} {self.value.value!r}", self.tactic, self.error)
 
 
 class AutoPanel:
@@ -151,13 +172,12 @@ class AutoPanel:
             description="axis",
             layout=w.Layout(width="170px"),
         )
-        self.budget = w.BoundedIntText(
+        self.budget = w.IntText(  # unbounded: a bad budget gets Auto's own message
             value=budget,
-            min=1,
-            max=100_000,
             description="evaluations",
             layout=w.Layout(width="200px"),
         )
+        self.budget.add_class("wb-auto-budget")
         self.memory_gib = w.BoundedFloatText(
             value=0.0,
             min=0.0,
@@ -171,13 +191,16 @@ class AutoPanel:
         self.progress = w.IntProgress(value=0, min=0, max=budget, layout=w.Layout(width="200px"))
         self.progress.add_class("wb-auto-progress")
         self.label = w.HTML("")
-        self.box = w.VBox(
+        self.error = error_line()
+        self.box = panel(
+            "auto",
             [
                 heading("Automatic search"),
                 w.HBox([self.axis, self.budget]),
                 w.HBox([self.memory_gib, self.run_button]),
-                w.HBox([self.progress, self.label]),
-            ]
+                w.HBox([self.progress, self.label], layout=w.Layout(flex_flow="row wrap")),
+                self.error,
+            ],
         )
 
     def report(self, p) -> None:
@@ -190,7 +213,7 @@ class AutoPanel:
 
     def tactic(self):
         limit = self.memory_gib.value * GIB or None
-        self.progress.value, self.progress.max = 0, self.budget.value
+        self.progress.value, self.progress.max = 0, max(self.budget.value, 1)
         self.label.value = "searching…"
         return Auto(
             self.axis.value,
@@ -203,7 +226,8 @@ class AutoPanel:
     def run(self) -> None:
         limit = self.memory_gib.value * GIB
         what = f"Auto on {self.axis.value!r}" + (f" within {format_bytes(limit)}" if limit else "")
-        self.bench.act(what, self.tactic)
+        if not self.bench.act(what, self.tactic, self.error):
+            self.label.value = ""  # the search did not land: no progress to speak of
 
 
 class HistoryPanel:
@@ -220,24 +244,29 @@ class HistoryPanel:
         self.undo = button("Undo", "wb-undo", "go back one step")
         self.redo = button("Redo", "wb-redo", "re-apply the step undone last")
         self.reset = button("Reset", "wb-reset", "back to nothing applied (redo replays)")
-        self.undo.on_click(lambda _: bench.move("undo", lambda s: s.undo()))
-        self.redo.on_click(lambda _: bench.move("redo", lambda s: s.redo()))
-        self.reset.on_click(lambda _: bench.move("reset", lambda s: s.reset()))
+        self.error = error_line()
+        self.undo.on_click(lambda _: bench.move("undo", lambda s: s.undo(), self.error))
+        self.redo.on_click(lambda _: bench.move("redo", lambda s: s.redo(), self.error))
+        self.reset.on_click(lambda _: bench.move("reset", lambda s: s.reset(), self.error))
         self._syncing = False
         self.steps.observe(self._picked, "value")
-        self.box = w.VBox(
+        self.box = panel(
+            "history",
             [
                 heading("Schedule"),
                 self.steps,
                 self.notes,
                 w.HBox([self.undo, self.redo, self.reset]),
-            ]
+                self.error,
+            ],
         )
 
     def _picked(self, change) -> None:
         if self._syncing or change["new"] is None or change["new"] == self.bench.session.step:
             return
-        self.bench.move(f"jump to step {change['new']}", lambda s: s.jump(change["new"]))
+        self.bench.move(
+            f"jump to step {change['new']}", lambda s: s.jump(change["new"]), self.error
+        )
 
     def update(self, session) -> None:
         total = session.step + len(session.redo_stack)

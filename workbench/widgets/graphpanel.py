@@ -22,6 +22,7 @@ from workbench.viz import (
 )
 from workbench.viz.blocks import default_expand, op_layers
 from workbench.widgets import render
+from workbench.widgets.controls import error_line, panel
 from workbench.widgets.graphview import GraphView
 
 COLLAPSE = [
@@ -41,7 +42,7 @@ class GraphPanel:
     def __init__(self, bench):
         self.bench = bench
         program = bench.session.program
-        self.expanded: set[str] = set(default_expand(program))
+        self.expanded: set[str] = set(opening_expand(program))
         self.picture = None
         self.held = False  # the opening's first drawing waits for the page (``hold``)
         self._layers = None  # viz.blocks.op_layers of the program, once
@@ -56,27 +57,38 @@ class GraphPanel:
             p: w.Checkbox(value=True, description=p, indent=False, layout=w.Layout(width="100px"))
             for p in PHASES
         }
+        self.error = error_line()
+
+        def redraw(what, action):
+            return bench.redraw(what, action, where=self.error)
+
         for control in (self.collapse, self.expand, *self.phases.values()):
-            control.observe(lambda _: bench.redraw("draw the graph", self.draw), "value")
-        self.replay_step = w.Dropdown(description="replay", layout=w.Layout(width="320px"))
-        self.replay_step.observe(lambda _: bench.redraw("replay", self.replay), "value")
+            control.observe(lambda _: redraw("draw the graph", self.draw), "value")
+        self.replay_step = w.Dropdown(
+            description="replay", layout=w.Layout(width="320px", max_width="100%")
+        )
+        self.replay_step.observe(lambda _: redraw("replay", self.replay), "value")
         self.view = GraphView()
         self.view.add_class("wb-graph")
-        self.view.on("click", lambda m: bench.redraw("click the graph", lambda: self.click(m)))
-        self.view.on("search", lambda m: bench.redraw("find", lambda: self.search(m["text"])))
+        self.view.on("click", lambda m: redraw("click the graph", lambda: self.click(m)))
+        self.view.on("search", lambda m: redraw("find", lambda: self.search(m["text"])))
         # the page shows the widget: the graph and charts the opening held back follow
         self.view.on("shown", lambda _: bench.show_held())
         self.why = w.HTML()
         self.why.add_class("wb-graph-why")
-        self.box = w.VBox(
+        self.box = panel(
+            "graph",
             [
-                w.HBox([self.collapse, *self.phases.values()]),
+                w.HBox(
+                    [self.collapse, *self.phases.values()], layout=w.Layout(flex_flow="row wrap")
+                ),
                 self.expand,
+                self.error,
                 self.view,
                 self.replay_step,
                 self.why,
             ],
-            layout=w.Layout(flex="1 1 auto", min_width="0"),
+            flex="1 1 auto",
         )
 
     # -- drawing -----------------------------------------------------------------------------
@@ -111,7 +123,7 @@ class GraphPanel:
         svg = to_svg(pic.digraph)
         self.view.folds = dict(pic.folds)
         self.view.svg = svg[svg.index("<svg") :]
-        self.view.show(focus if focus is not None else _first_changed(pic))
+        self.view.show(focus if focus is not None else focus_ids(pic))
         self.select(self.bench.inspect_value.value.strip())
         steps = [(f"step {i}: {t}", i) for i, t in enumerate(s.history, 1)][: s.step]
         current = s.step if s.step else None
@@ -188,11 +200,23 @@ class GraphPanel:
             self.view.show(value_elements(self.picture, program, vid))
 
 
-def _first_changed(picture) -> list[str]:
-    """What the last step changed, ops drawn one by one first, then values (the view opens
-    on the first when all of it does not fit)."""
+def opening_expand(program) -> tuple[str, ...]:
+    """What the panel opens: the phases folded, the forward one open on its boxes (before
+    the layers, the repeated block with its count, after them): a few readable boxes for
+    the whole program. With no repeated blocks, ``viz.blocks.default_expand``."""
+    if program.anatomy().layers.blocks:
+        return ("forward",)
+    return default_expand(program)
+
+
+def focus_ids(picture) -> list[str]:
+    """What the view fits on after a drawing: what the last step changed (ops drawn one by
+    one first, then values, then the rest), or, when nothing changed (the opening, a step
+    that changed nothing), the folded boxes: the program's phases and blocks."""
 
     def rank(element: str) -> int:
         return 0 if element.startswith("op") else 1 if element.startswith("e") else 2
 
-    return sorted(picture.changed, key=rank)
+    if picture.changed:
+        return sorted(picture.changed, key=rank)
+    return [e for e in picture.folds if e in picture.nodes.groups]

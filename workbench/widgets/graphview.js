@@ -4,6 +4,9 @@
 // replay's frames; everything here is display: no decision is taken in the browser.
 
 const READABLE = 4 / 3; // CSS px per SVG point: graphviz's 10 pt labels at 13 px, 8 pt at 11 px
+const FIT_MIN = 1.2; // CSS px per point when fitting: node labels at 12 px, edge labels at 9.6
+const FIT_MAX = 2; // and at most this: a small drawing is not blown up
+const PAD = 12; // points kept between what is shown and the panel's edge
 const PAN_STEP = 80; // px per arrow key
 const TICK_MS = 120; // replay: one tick of play
 
@@ -52,27 +55,61 @@ function render({ model, el: root }) {
   const zoomBy = (f) => { if (pz) { pz.zoomBy(f); report(); } };
   const readable = () => { if (pz) { pz.zoom(READABLE / base()); report(); } };
 
-  function center(ids, keepZoom) {
-    // open on the elements ``ids`` at a readable scale (the top of the graph if none).
+  function center(ids, keepZoom, mode) {
+    // show the elements ``ids``: fitted ("fit": as large as fits, within FIT_MIN..FIT_MAX so
+    // labels stay readable), at the readable scale ("readable"), or at the zoom it has
+    // (``keepZoom``). Where they do not all fit, the window holding most of them; the view
+    // never leaves the drawing (no blank side where the drawing could fill it).
     // svg-pan-zoom applies a zoom on the next frame, so positions are computed from its
     // state and the elements' boxes in the drawing's own coordinates, not read off the page.
     if (!pz) return;
-    if (!keepZoom) pz.zoom(READABLE / base());
+    const s = stage.getBoundingClientRect(), svgBox = svg.getBoundingClientRect();
+    const whole = drawingBox(svg.querySelector("g.graph"));
     const found = ids.map((id) => byId(id)).filter(Boolean);
-    const boxes = found.length ? found.map(drawingBox) : [drawingBox(svg.querySelector("g.graph"))];
-    const zoom = realZoom(), s = stage.getBoundingClientRect(), svgBox = svg.getBoundingClientRect();
-    let box = union(boxes);
-    if (!found.length) box = { ...box, bottom: box.top + 1 }; // the top of the graph
-    const fits = (b) => (b.right - b.left) * zoom <= s.width && (b.bottom - b.top) * zoom <= s.height;
-    if (found.length > 1 && !fits(box)) box = boxes[0]; // too big to show whole: the first
-    const w = (box.right - box.left) * zoom, h = (box.bottom - box.top) * zoom;
-    const left = w < s.width ? (s.width - w) / 2 : 16, top = h < s.height - 32 ? (s.height - h) / 2 : 16;
+    const boxes = found.length ? targetBoxes(found) : [whole];
+    let zoom = realZoom();
+    if (!keepZoom) {
+      zoom = mode === "readable" ? READABLE : fitZoom(union(boxes), s.width, s.height);
+      pz.zoom(zoom / base());
+    }
+    const view = windowOn(boxes, whole, s.width / zoom, s.height / zoom);
     // screen = svg's corner + pan + zoom * drawing coordinates
-    pz.pan({
-      x: s.left + left - svgBox.left - zoom * box.left,
-      y: s.top + top - svgBox.top - zoom * box.top,
-    });
+    pz.pan({ x: s.left - svgBox.left - zoom * view.left, y: s.top - svgBox.top - zoom * view.top });
+    root.dataset.view = [view.left, view.top, view.left + s.width / zoom, view.top + s.height / zoom]
+      .map((x) => x.toFixed(1)).join(" ");
     report();
+  }
+
+  function targetBoxes(found) {
+    // nodes and boxes by their outline; an edge by its label (its path may cross the drawing)
+    const nodes = found.filter((e) => !e.classList.contains("edge"));
+    const edges = found.filter((e) => e.classList.contains("edge"));
+    const boxes = nodes.map(drawingBox);
+    for (const e of edges) boxes.push(drawingBox(e.querySelector("text") || e));
+    return boxes;
+  }
+
+  function windowOn(boxes, whole, w, h) {
+    // the top-left corner (drawing coordinates) of a w x h window: the boxes centred if
+    // they fit, else the window, anchored at one box, that holds whole the most of them;
+    // then kept on the drawing (centred on it along a side where it is smaller than the window)
+    const u = union(boxes);
+    let left = (u.left + u.right - w) / 2, top = (u.top + u.bottom - h) / 2;
+    if (u.right - u.left > w - 2 * PAD || u.bottom - u.top > h - 2 * PAD) {
+      let best = -1;
+      for (const a of boxes.slice(0, 400)) {
+        const l = a.left - PAD, t = a.top - PAD;
+        const n = boxes.filter((b) => b.left >= l && b.right <= l + w && b.top >= t && b.bottom <= t + h).length;
+        if (n > best) { best = n; left = l; top = t; }
+      }
+    }
+    const keep = (x, lo, hi, size) => (hi - lo + 2 * PAD <= size ? (lo + hi - size) / 2 : Math.max(lo - PAD, Math.min(x, hi + PAD - size)));
+    return { left: keep(left, whole.left, whole.right, w), top: keep(top, whole.top, whole.bottom, h) };
+  }
+
+  function fitZoom(box, width, height) {
+    const z = Math.min((width - 2 * PAD) / Math.max(box.right - box.left, 1), (height - 2 * PAD) / Math.max(box.bottom - box.top, 1));
+    return Math.max(FIT_MIN, Math.min(FIT_MAX, z));
   }
 
   function drawingBox(e) {
@@ -107,12 +144,12 @@ function render({ model, el: root }) {
     button("−", "wb-zoom-out", "zoom out (-)", () => zoomBy(1 / 1.25)),
     button("+", "wb-zoom-in", "zoom in (+)", () => zoomBy(1.25)),
     button("fit", "wb-fit", "fit the whole graph (0)", () => { pz && (pz.fit(), pz.center(), report()); }),
-    button("1:1", "wb-readable", "readable size, on what the last step changed (1)", () => center(model.get("focus").ids || [], false)),
+    button("1:1", "wb-readable", "readable size, on what the last step changed (1)", () => center(model.get("focus").ids || [], false, "readable")),
     zoomText,
     button("⤢", "wb-full-width", "full width (f)", () => {
       const wb = root.closest(".wb-workbench") || root;
       wb.classList.toggle("wb-graph-full");
-      setTimeout(() => { pz && (pz.resize(), report()); }, 50);
+      setTimeout(() => { pz && (pz.resize(), focus()); }, 50);
     }),
     search,
   );
@@ -147,7 +184,7 @@ function render({ model, el: root }) {
   stage.addEventListener("keydown", (ev) => {
     const keys = {
       "+": () => zoomBy(1.25), "=": () => zoomBy(1.25), "-": () => zoomBy(1 / 1.25),
-      "0": () => { pz.fit(); pz.center(); report(); }, "1": () => center(model.get("focus").ids || [], false),
+      "0": () => { pz.fit(); pz.center(); report(); }, "1": () => center(model.get("focus").ids || [], false, "readable"),
       ArrowLeft: () => pz.panBy({ x: PAN_STEP, y: 0 }), ArrowRight: () => pz.panBy({ x: -PAN_STEP, y: 0 }),
       ArrowUp: () => pz.panBy({ x: 0, y: PAN_STEP }), ArrowDown: () => pz.panBy({ x: 0, y: -PAN_STEP }),
       " ": () => togglePlay(), ",": () => go(step - 1), ".": () => go(step + 1),
@@ -224,11 +261,16 @@ function render({ model, el: root }) {
     // zoom limits relative to a readable size: from a thumbnail to eight times readable
     pz.setMinZoom(0.02 / base());
     pz.setMaxZoom((8 * READABLE) / base());
-    center(model.get("focus").ids || [], false);
+    focus();
     select();
     if (frames !== model.get("frames")) resetReplay(); else placeReplay();
     root.dataset.drawMs = (performance.now() - drawStart).toFixed(1); // for the benchmark
     root.dataset.draws = String(Number(root.dataset.draws || 0) + 1);
+  }
+
+  function focus() {
+    const f = model.get("focus") || {};
+    center(f.ids || [], !!f.keep_zoom, f.mode || "fit");
   }
 
   function select() {
@@ -410,12 +452,12 @@ function render({ model, el: root }) {
   }
 
   model.on("change:svg", draw);
-  model.on("change:focus", () => pz && center(model.get("focus").ids || [], model.get("focus").keep_zoom));
+  model.on("change:focus", () => pz && focus());
   model.on("change:selected", select);
   model.on("change:frames", resetReplay);
   model.on("change:where", placeReplay);
   const resize = new ResizeObserver(() => {
-    if (pz) { pz.resize(); report(); } else start();
+    if (pz) { pz.resize(); focus(); } else start(); // a new size: fitted again
   });
   resize.observe(stage);
   draw();

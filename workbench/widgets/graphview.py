@@ -14,7 +14,10 @@ from pathlib import Path
 import anywidget
 import traitlets
 
+from workbench.core.errors import InputError, given
+
 HERE = Path(__file__).parent
+MODES = ("fit", "readable")
 
 
 def _esm() -> str:
@@ -29,8 +32,8 @@ def _esm() -> str:
 
 class GraphView(anywidget.AnyWidget):
     """The graph panel. ``svg``: the drawing; ``folds``: element id -> the key it opens or
-    folds; ``focus``: ``{"ids": [...], "keep_zoom": bool}`` the elements to show (set a new
-    dict to move there); ``selected``: element ids marked as the inspected value;
+    folds; ``focus``: ``{"ids": [...], "mode": "fit" | "readable", "keep_zoom": bool}`` the
+    elements to show (set a new dict to move there: see ``show``); ``selected``: element ids marked as the inspected value;
     ``frames``: a replay (``viz.event_frames``), its ``replay_title``, and ``where`` its
     events land in this drawing (``viz.event_elements``)."""
 
@@ -39,7 +42,7 @@ class GraphView(anywidget.AnyWidget):
 
     svg = traitlets.Unicode("").tag(sync=True)
     folds = traitlets.Dict().tag(sync=True)
-    focus = traitlets.Dict({"ids": [], "keep_zoom": False}).tag(sync=True)
+    focus = traitlets.Dict({"ids": [], "mode": "fit", "keep_zoom": False}).tag(sync=True)
     selected = traitlets.List().tag(sync=True)
     frames = traitlets.List().tag(sync=True)
     where = traitlets.Dict().tag(sync=True)
@@ -60,6 +63,14 @@ class GraphView(anywidget.AnyWidget):
         if handler is not None:
             handler(content)
 
-    def show(self, ids, keep_zoom: bool = False) -> None:
-        """Move the view onto the elements ``ids``."""
-        self.focus = {"ids": list(ids), "keep_zoom": keep_zoom, "n": self.focus.get("n", 0) + 1}
+    def show(self, ids, mode: str = "fit", keep_zoom: bool = False) -> None:
+        """Move the view onto the elements ``ids``: ``"fit"`` as large as they fit with labels
+        still readable (11 px and up), the window holding most of them where they do not
+        all fit; ``"readable"`` at the readable scale; ``keep_zoom`` at the zoom it has. The
+        view stays on the drawing. No ids: the top of the whole drawing."""
+        if mode not in MODES:
+            raise InputError(
+                f"GraphView.show: mode {given(mode)} is not a way to show; use one of {MODES}"
+            )
+        n = self.focus.get("n", 0) + 1
+        self.focus = {"ids": list(ids), "mode": mode, "keep_zoom": keep_zoom, "n": n}

@@ -21,7 +21,10 @@ def esc(x) -> str:
 
 
 def pre(text: str, style: str = "") -> str:
-    return f'<pre style="margin:0;white-space:pre-wrap;{style}">{esc(text)}</pre>'
+    return (
+        f'<pre style="margin:0;white-space:pre-wrap;overflow-wrap:anywhere;{style}">'
+        f"{esc(text)}</pre>"
+    )
 
 
 def status(session) -> str:
@@ -89,28 +92,42 @@ def conflicts(reports) -> str:
     return f"<details>{head}{''.join(pre(str(r), 'color:#b00020') for r in reports)}</details>"
 
 
+COLUMNS = (  # the collective table's columns: header, width (fixed layout: the panel's width)
+    ("kind", "10%"),
+    ("value", "21%"),
+    ("axes", "7%"),
+    ("bytes/device", "9%"),
+    ("count", "5%"),
+    ("time", "8%"),
+    ("tactic", "12%"),
+    ("why", "28%"),
+)
+
+
 def collective_table(rows, limit: int = 200) -> str:
-    """The collective plan as an HTML table (rows from ``viz.collective_rows``)."""
+    """The collective plan as an HTML table (rows from ``viz.collective_rows``). Fixed
+    columns that fit the panel: long values and reasons wrap, and say all on hover."""
     if not rows:
         return f'<span style="{MUTED}">No collectives: every device runs its part alone.</span>'
     cells = []
     for r in rows[:limit]:
         seconds = "" if r["seconds"] is None else format_seconds(r["seconds"])
+        value, why = esc(r["value"]), esc(r["why"])
         cells.append(
             "<tr>"
-            f"<td>{esc(r['kind'])}</td><td><code>{esc(r['value'])}</code></td>"
+            f'<td>{esc(r["kind"])}</td><td title="{value}"><code>{value}</code></td>'
             f"<td>{esc(', '.join(r['axes']))}</td><td>{format_bytes(r['bytes'])}</td>"
             f"<td>{r['count']}</td><td>{seconds}</td><td>{esc(r['tactic'])}</td>"
-            f"<td>{esc(r['why'])}</td></tr>"
+            f'<td title="{why}">{why}</td></tr>'
         )
     more = f'<p style="{MUTED}">… and {len(rows) - limit} more.</p>' if len(rows) > limit else ""
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in ("kind", "value", "axes", "bytes/device", "count", "time", "tactic", "why")
-    )
+    cols = "".join(f'<col style="width:{width}">' for _, width in COLUMNS)
+    head = "".join(f"<th>{h}</th>" for h, _ in COLUMNS)
     return (
-        '<table style="border-collapse:collapse;font-size:12px" class="wb-table">'
-        f"<thead><tr>{head}</tr></thead><tbody>{''.join(cells)}</tbody></table>{more}"
+        '<table style="border-collapse:collapse;font-size:12px;table-layout:fixed;width:100%;'
+        'overflow-wrap:anywhere" class="wb-table">'
+        f"<colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(cells)}</tbody></table>{more}"
     )
 
 

@@ -1,9 +1,10 @@
 """``Workbench``: the notebook widget over one `Session`.
 
 Every action goes through ``act`` (apply a tactic) or ``move`` (undo, redo, reset, jump):
-it clears the error line, runs the call, and redraws every view from the session; a
-failure shows in the error line (``WorkbenchError`` as its message, anything else with
-its traceback) and leaves the session as it was. The views only show what core and viz
+it clears the error lines, runs the call, and redraws every view from the session; a
+failure shows in the panel where the user acted and in the error line at the top
+(``WorkbenchError`` as its message, anything else with its traceback), leaves the session
+as it was, and every view is redrawn from it. The views only show what core and viz
 return: the program graph, the estimate and its charts, the collective plan, the value
 inspector, what the workbench sees in the model (with its role corrections), the run panel
 and the export panel.
@@ -12,6 +13,7 @@ and the export panel.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import ipywidgets as w
 
@@ -40,14 +42,17 @@ from workbench.widgets.controls import (
     StrategyBar,
     TacticBuilder,
     button,
+    error_line,
     heading,
     name_field,
+    panel,
 )
 from workbench.widgets.graphpanel import GraphPanel
 
 CALIBRATED = "calibrated: the attached devices"
 EXPORTS = ("Python", "plain JAX", "JSON")
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
+CSS = (Path(__file__).parent / "workbench.css").read_text()
 
 
 def _display(out: w.Output, fig) -> None:
@@ -62,7 +67,9 @@ def _display(out: w.Output, fig) -> None:
 
     if get_ipython() is None:
         return
-    bundle = {PLOTLY_MIME: json.loads(to_json(fig, validate=False, remove_uids=False))}
+    figure = json.loads(to_json(fig, validate=False, remove_uids=False))
+    figure.get("layout", {}).pop("width", None)  # as wide as its panel (workbench.css)
+    bundle = {PLOTLY_MIME: figure}
     with out:
         out.clear_output(wait=True)
         display(bundle, raw=True)
@@ -108,6 +115,9 @@ class Workbench(w.VBox):
         self.status.add_class("wb-status")
         self.error = w.HTML()
         self.error.add_class("wb-error")
+        # where each panel shows what failed in it (``redraw``'s ``where``)
+        self.estimate_error, self.table_error, self.inspect_error = (error_line() for _ in "123")
+        self.run_error, self.export_error, self.save_error = (error_line() for _ in "123")
 
         self.strategies = StrategyBar(self)
         self.builder = TacticBuilder(self)
@@ -130,7 +140,12 @@ class Workbench(w.VBox):
             value=self.hardware.name,
             description="hardware",
         )
-        self.spec.observe(lambda _: self.redraw("change the hardware", self.change_spec), "value")
+        self.spec.observe(
+            lambda _: self.redraw(
+                "change the hardware", self.change_spec, where=self.estimate_error
+            ),
+            "value",
+        )
         self.overlap_choice = w.Dropdown(
             options=[
                 ("no overlap", "none"),
@@ -142,18 +157,26 @@ class Workbench(w.VBox):
             description="overlap",
         )
         self.overlap_choice.observe(
-            lambda change: self.redraw("change the overlap", self.change_overlap), "value"
+            lambda _: self.redraw(
+                "change the overlap", self.change_overlap, where=self.estimate_error
+            ),
+            "value",
         )
         self.summary = w.HTML()
         self.summary.add_class("wb-estimate")
         self.time_chart, self.memory_chart, self.schedule_chart = w.Output(), w.Output(), w.Output()
+        for chart in (self.time_chart, self.memory_chart, self.schedule_chart):
+            chart.add_class("wb-chart")
         self.conflicts = w.HTML()
 
         # the collective plan, the inspector, the run panel, the export panel
         self.table = w.HTML()
         self.table.add_class("wb-collectives")
         self.inspect_value = name_field(self.names, "a value to inspect", "360px")
-        self.inspect_value.observe(lambda _: self.redraw("inspect", self.draw_inspector), "value")
+        self.inspect_value.observe(
+            lambda _: self.redraw("inspect", self.draw_inspector, where=self.inspect_error),
+            "value",
+        )
         self.inspector = w.HTML()
         self.inspector.add_class("wb-inspector")
         self.grid_chart = w.Output()
@@ -161,16 +184,20 @@ class Workbench(w.VBox):
             options=["explicit", "constrained"], value="explicit", description="lowering"
         )
         self.run_button = button("Run on devices", "wb-run", "run one step on the attached devices")
-        self.run_button.on_click(lambda _: self.redraw("run", self.run))
-        self.run_result = w.HTML(render.note("Not run yet."))
+        self.run_button.on_click(lambda _: self.redraw("run", self.run, where=self.run_error))
+        self._run_text = render.note("Not run yet.")  # the run panel's result, for _run_for
+        self.run_result = w.HTML(self._run_text)
         self.run_result.add_class("wb-run-result")
         self.export_kind = w.ToggleButtons(options=EXPORTS, value="Python")
-        self.export_kind.observe(lambda _: self.redraw("export", self.draw_export), "value")
+        self.export_kind.observe(
+            lambda _: self.redraw("export", self.draw_export, where=self.export_error), "value"
+        )
         self.export = w.Textarea(layout=w.Layout(width="100%", height="260px"))
         self.export.add_class("wb-export")
         self.save_path = w.Text(value="strategy.json", description="file")
+        self.save_path.add_class("wb-save-path")
         self.save_button = button("Save JSON", "wb-save", "write the strategy file")
-        self.save_button.on_click(lambda _: self.redraw("save", self.save))
+        self.save_button.on_click(lambda _: self.redraw("save", self.save, where=self.save_error))
         self.saved = w.HTML()
 
         left = w.VBox(
@@ -181,84 +208,159 @@ class Workbench(w.VBox):
         right = self.graph_panel.box
         self.sections = sections = w.Tab(
             [
-                self.table,
-                w.VBox([self.inspect_value, self.inspector, self.grid_chart]),
-                w.VBox([w.HBox([self.lowering, self.run_button]), self.run_result]),
+                w.VBox([self.table_error, self.table]),
+                w.VBox([self.inspect_value, self.inspect_error, self.inspector, self.grid_chart]),
+                w.VBox([w.HBox([self.lowering, self.run_button]), self.run_error, self.run_result]),
                 self.anatomy.box,
             ],
             titles=("Collectives", "Inspect a value", "Run", "Anatomy"),
+            layout=w.Layout(min_width="0", max_width="100%"),
+        )
+        sections.add_class("wb-panel")
+        sections.add_class("wb-panel-sections")
+        estimate = panel(
+            "estimate",
+            [
+                heading("Estimate"),
+                w.HBox([self.spec, self.overlap_choice], layout=w.Layout(flex_flow="row wrap")),
+                self.estimate_error,
+                self.summary,
+                self.conflicts,
+                _row([self.time_chart, self.memory_chart], "wb-charts"),
+                self.schedule_chart,
+            ],
+        )
+        export = panel(
+            "export",
+            [
+                heading("Export"),
+                self.export_kind,
+                self.export_error,
+                self.export,
+                w.HBox(
+                    [self.save_path, self.save_button, self.saved],
+                    layout=w.Layout(flex_flow="row wrap"),
+                ),
+                self.save_error,
+            ],
+        )
+        top = panel(
+            "session", [w.HTML(f"<style>{CSS}</style>"), self.title, self.status, self.error]
         )
         super().__init__(
             [
-                self.title,
-                self.status,
-                self.error,
-                w.HBox([left, right]),
-                heading("Estimate"),
-                w.HBox([self.spec, self.overlap_choice]),
-                self.summary,
-                self.conflicts,
-                w.HBox([self.time_chart, self.memory_chart]),
-                self.schedule_chart,
+                top,
+                w.HBox([left, right], layout=w.Layout(max_width="100%")),
+                estimate,
                 sections,
-                heading("Export"),
-                self.export_kind,
-                self.export,
-                w.HBox([self.save_path, self.save_button, self.saved]),
-            ]
+                export,
+            ],
+            layout=w.Layout(max_width="100%"),
         )
         self.add_class("wb-workbench")
         self.redraw("draw the workbench", lambda: None, everything=True)
         self._opening = False
 
     # -- actions ---------------------------------------------------------------------------
-    def act(self, what: str, make_tactic) -> bool:
-        """Apply the tactic ``make_tactic()`` returns; True if it applied."""
-        return self.redraw(what, lambda: self.session.apply(make_tactic()), everything=True)
+    def act(self, what: str, make_tactic, where: w.HTML | None = None) -> bool:
+        """Apply the tactic ``make_tactic()`` returns; True if it applied. A failure shows in
+        ``where`` (the error line of the panel acted in) too."""
+        return self.redraw(
+            what, lambda: self.session.apply(make_tactic()), everything=True, where=where
+        )
 
-    def move(self, what: str, step) -> bool:
+    def move(self, what: str, step, where: w.HTML | None = None) -> bool:
         """``step(session)`` moves along the history (undo, redo, reset, jump)."""
-        return self.redraw(what, lambda: step(self.session), everything=True)
+        return self.redraw(what, lambda: step(self.session), everything=True, where=where)
 
     @without_gc
-    def redraw(self, what: str, action, *, everything: bool = False) -> bool:
-        """Run ``action`` then redraw (every view, or none beyond what ``action`` drew);
-        a failure shows in the error line. True if both went through."""
-        self.error.value = ""
+    def redraw(
+        self, what: str, action, *, everything: bool = False, where: w.HTML | None = None
+    ) -> bool:
+        """Run ``action`` then redraw (every view, or none beyond what ``action`` drew). A
+        failure shows in the error line and in ``where``, the panel acted in, and every view
+        is redrawn from the session (which the failure left as it was). True if all went
+        through."""
+        self.clear_errors()
         self.last_error = None
         self.add_class("wb-busy")
         try:
-            action()
-            if everything:
+            try:
+                action()
+            except Exception as exc:  # shown in the UI, never swallowed
+                self.show_error(what, exc, where)
                 self.refresh()
-            return True
-        except Exception as exc:  # shown in the UI, never swallowed
-            self.show_error(what, exc)
-            if everything:
-                self.history.update(self.session)
-            return False
+                return False
+            return self.refresh() if everything else True
         finally:
             self.remove_class("wb-busy")
 
-    def show_error(self, what: str, exc: BaseException) -> None:
-        """The error line: a `WorkbenchError` as its message, anything else with its trace."""
-        self.last_error = exc
-        self.error.value = render.error(what, exc, trace=not isinstance(exc, WorkbenchError))
+    def error_lines(self) -> list[w.HTML]:
+        """Every panel's error line."""
+        panels = (self.strategies, self.builder, self.auto, self.history, self.anatomy)
+        return [p.error for p in panels] + [
+            self.graph_panel.error,
+            self.estimate_error,
+            self.table_error,
+            self.inspect_error,
+            self.run_error,
+            self.export_error,
+            self.save_error,
+        ]
 
-    def refresh(self) -> None:
-        """Redraw every view from the session."""
+    def clear_errors(self) -> None:
+        self.error.value = ""
+        for line in self.error_lines():
+            line.value = ""
+
+    def show_error(self, what: str, exc: BaseException, where: w.HTML | None = None) -> None:
+        """The error line (added to what this action already showed) and ``where``'s: a
+        `WorkbenchError` as its message, anything else with its trace."""
+        self.last_error = exc
+        text = render.error(what, exc, trace=not isinstance(exc, WorkbenchError))
+        self.error.value += text
+        if where is not None:
+            where.value += text
+
+    def refresh(self) -> bool:
+        """Redraw every view from the session; a view that fails says so in its panel and
+        the others are drawn. True if all were."""
         s = self.session
-        self.title.value = render.header(s, self.hardware)
-        self.status.value = render.status(s)
-        self.history.update(s)
-        self.conflicts.value = render.conflicts(s.conflicts)
-        self.draw_graph()
-        self.draw_estimate()
-        self.table.value = render.collective_table(collective_rows(s, hardware=self.hardware))
-        self.anatomy.update(s)
-        self.draw_inspector()
-        self.draw_export()
-        if self._run_for is not s.state:
+        views = (
+            (None, lambda: setattr(self.title, "value", render.header(s, self.hardware))),
+            (None, lambda: setattr(self.status, "value", render.status(s))),
+            (self.history.error, lambda: self.history.update(s)),
+            (
+                self.estimate_error,
+                lambda: setattr(self.conflicts, "value", render.conflicts(s.conflicts)),
+            ),
+            (self.graph_panel.error, self.draw_graph),
+            (self.estimate_error, self.draw_estimate),
+            (self.table_error, self.draw_table),
+            (self.anatomy.error, lambda: self.anatomy.update(s)),
+            (self.inspect_error, self.draw_inspector),
+            (self.export_error, self.draw_export),
+            (self.run_error, self.draw_run),
+        )
+        ok = True
+        for where, draw in views:
+            try:
+                draw()
+            except Exception as exc:  # shown in the UI, never swallowed
+                self.show_error("draw the view", exc, where)
+                ok = False
+        return ok
+
+    def draw_table(self) -> None:
+        self.table.value = render.collective_table(
+            collective_rows(self.session, hardware=self.hardware)
+        )
+
+    def draw_run(self) -> None:
+        """The run panel: the last run's result if it was at this state."""
+        if self._run_for is self.session.state or self._run_for is None:
+            self.run_result.value = self._run_text
+        else:
             self.run_result.value = render.note("Not run at this step yet.")
 
     def draw_graph(self) -> None:
@@ -310,7 +412,7 @@ class Workbench(w.VBox):
             try:
                 self.graph_panel.draw()
             except Exception as exc:  # shown in the UI, never swallowed
-                self.show_error("draw the graph", exc)
+                self.show_error("draw the graph", exc, self.graph_panel.error)
         if self._charts_held:
             self.draw_charts()
 
@@ -371,9 +473,17 @@ class Workbench(w.VBox):
         result = s.run(lowering=self.lowering.value)
         spec = self.calibrated()
         predicted = s.estimate(spec, overlap=self.overlap).step_s
+        self._run_text = render.run_result(result, predicted, spec.name)
         self.last_run, self._run_for = result, s.state
-        self.run_result.value = render.run_result(result, predicted, spec.name)
+        self.run_result.value = self._run_text
 
     def save(self) -> None:
         path = self.session.save(self.save_path.value)
         self.saved.value = render.note(f"saved {path}")
+
+
+def _row(children, css: str) -> w.HBox:
+    """Panels side by side, wrapping onto a new row where the width runs out."""
+    row = w.HBox(children, layout=w.Layout(flex_flow="row wrap", max_width="100%"))
+    row.add_class(css)
+    return row
