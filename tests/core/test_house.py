@@ -17,7 +17,7 @@ CORE = ROOT / "core"
 #: priced (estimate), searched, lowered and run, checked against XLA and exported (io); the
 #: session is core's face.
 FLOORS = (
-    {"errors", "units", "gcpause", "dtypes", "caches", "display"},
+    {"errors", "units", "gcpause", "dtypes", "caches", "display", "progress"},
     {"layout"},
     {"ops"},
     {"anatomy"},

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from workbench.core import progress
 from workbench.core.errors import InputError, given
 from workbench.core.hardware.fit import fit_link
 from workbench.core.hardware.levels import KINDS, HardwareError, Link
@@ -58,8 +59,16 @@ def calibrate(
     dtypes: Sequence[str] = ("float32", "bfloat16"),
     collectives: bool = True,
 ) -> Hardware:
-    """Measure ``devices`` (default: all of ``jax.devices()``) and return their spec."""
+    """Measure ``devices`` (default: all of ``jax.devices()``) and return their spec. Each
+    measurement shows on a status line (`workbench.core.progress`); a KeyboardInterrupt
+    propagates."""
     devices = _checked(devices, quick, dtypes, collectives)
+    with progress.Status("calibrate"):
+        return _measured(devices, quick, dtypes, collectives)
+
+
+def _measured(devices, quick, dtypes, collectives) -> Hardware:
+    """``calibrate``'s measurements and their fit, each measurement a stage of the status."""
     mesh = jax.sharding.Mesh(np.array(devices), ("d",))
     n = len(devices)
     kind = devices[0].device_kind
@@ -71,9 +80,18 @@ def calibrate(
     def measured(what: str) -> str:
         return f"measured by workbench.core.hardware.calibrate on {where}, {when} ({mode}): {what}"
 
+    on_cpu = platform == "cpu"
+    fresh, fresh_how = fresh_buffer_threshold() if on_cpu else (None, "")
+    total = len(dtypes) + 3 + (fresh is not None) + (collectives and n > 1)
+    count = iter(range(1, total + 1))
+
+    def stage(what: str) -> None:
+        progress.stage(f"measurement {next(count)}/{total}: {what}")
+
     flops, sources, skipped = {}, {}, []
     for dtype in dtypes:
         name = jnp.dtype(dtype).name
+        stage(f"matmul in {name}")
         try:
             rate, size = measure_matmul(mesh, dtype, quick=quick)
         except Exception as e:  # the backend does not run this dtype
@@ -84,16 +102,19 @@ def calibrate(
             f"{size} x {size} matmul per device, all devices at once, fastest run"
         )
 
+    stage("kernel overhead")
     overhead, dispatch, chains = measure_op_overhead(mesh, quick=quick)
     if overhead > 0:
         sources["op_overhead"] = measured(
             f"chains of {chains} tiny dependent kernels per device, slope of time against "
             f"kernels launched ({dispatch * 1e6:.0f} us dispatch per program as intercept)"
         )
+    stage("memory bandwidth")
     hbm, hbm_sizes = measure_memory_bandwidth(mesh, quick=quick)
     sources["hbm_bandwidth"] = measured(
         f"x + 1 over {_sizes(hbm_sizes)} per device (read + write), slope of time against bytes"
     )
+    stage("transpose bandwidth")
     transpose, t_sizes = measure_transpose_bandwidth(mesh, quick=quick, dispatch=dispatch)
     for size in t_sizes:
         sources[f"transpose_bandwidth.{size}"] = measured(
@@ -102,10 +123,9 @@ def calibrate(
         )
     memory, memory_how = memory_capacity(devices)
     sources["memory_bytes"] = f"{memory_how} on {where}"
-    on_cpu = platform == "cpu"
-    fresh, fresh_how = fresh_buffer_threshold() if on_cpu else (None, "")
     touch = None
     if fresh is not None:
+        stage("first-touch bandwidth")
         block = int(fresh * 1.25)
         touch = measure_first_touch_bandwidth(n, block, quick=quick)
         sources["fresh_buffer_bytes"] = fresh_how
@@ -117,6 +137,7 @@ def calibrate(
     link_name = "host" if platform == "cpu" else "interconnect"
     per_kind, level = (), {}  # the link's figures and their sources
     if collectives and n > 1:
+        stage("collectives")
         samples, chains = measure_collectives(mesh, quick=quick, op_overhead=overhead)
         base = [s for s in samples if s.kind in ("all-reduce", "all-gather")]
         # a collective copies through memory: where noise swamps the transfer

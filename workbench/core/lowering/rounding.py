@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from workbench.core import progress
 from workbench.core.dtypes import epsilon, inexact, is_extended
 from workbench.core.ir.program import Op
 from workbench.core.lowering.float64 import Float64
@@ -93,10 +94,12 @@ def reference_with_scales(program, flat_args, extra=()) -> tuple[list, list]:
     with jax.enable_x64(True):
         fn = jax.jit(Rounding(program, extra))
         drawn = [jax.device_put(fields(program, run)) for run in range(RUNS)]
+        progress.stage("float64 reference")
         clean = fn(drawn[0], 0.0, *flat_args)  # moved by nothing
         xs = [np.asarray(o) if not is_extended(o.dtype) else o for o in clean]
         scales = [None if is_extended(x.dtype) or x.dtype.kind not in "fc" else 0.0 for x in xs]
-        for field in drawn:
+        for k, field in enumerate(drawn):
+            progress.stage(f"rounding scales {k + 1}/{RUNS}")
             moved = fn(field, 1.0, *flat_args)
             scales = [
                 None if s is None else np.maximum(s, _distance(np.asarray(m), x))

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
+from workbench.core import progress
 from workbench.core.dtypes import impl_name, is_extended, key_data, words
 from workbench.core.lowering.arguments import checked_arguments
 from workbench.core.lowering.explicit import spec
@@ -258,6 +259,7 @@ def references(program, flat_args, extra=(), *, cache_key=None) -> tuple[list, l
     if cache_key is not None and key in cache:
         cache[key] = cache.pop(key)  # most recently used last
         return cache[key]
+    progress.stage("unpartitioned reference")
     unpartitioned = list(jax.jit(Interpreter(program, extra))(*flat_args))
     out = (unpartitioned, *reference_with_scales(program, flat_args, extra))
     if cache_key is not None:
@@ -403,26 +405,36 @@ def run(
     simulator's memory and step time assume): the inputs an output replaces (parameters and
     optimizer state, see `workbench.core.estimate.memory.donations`) are donated, and each step
     reads the previous step's outputs in their place. The arrays given are copied, never
-    consumed. Without it, every step runs on the same inputs and donates nothing."""
+    consumed. Without it, every step runs on the same inputs and donates nothing.
+
+    Its stages show on a status line (`workbench.core.progress`); a KeyboardInterrupt
+    propagates and leaves the session and the program's caches as they were."""
     program = session.program
     flat = checked_arguments(session, lowering, args, repeats, devices, training_loop)
     flat = example_inputs(program) if flat is None else flat
-    step = TrainingStep(
-        session, flat, lowering=lowering, devices=devices, training_loop=training_loop
-    )
-    outputs = step(keep=True)  # warm-up, and the outputs checked
-    times = []
-    for _ in range(max(1, repeats)):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    key = "example" if args is None else fingerprint(flat)
-    reference, ref, scales = references(program, flat, cache_key=key)
-    abs_err, rel_err, _ = compare(outputs, reference)
-    verdict = judge(program, outputs, reference, ref, scales, tolerance_dtypes(program))
-    if not verdict.agree:
-        first = first_difference(session, flat, lowering=lowering, devices=devices)
-        verdict = dataclasses.replace(verdict, first=first)
+    with progress.Status(f"run ({lowering})"):
+        progress.stage("compiling the partitioned step")
+        step = TrainingStep(
+            session, flat, lowering=lowering, devices=devices, training_loop=training_loop
+        )
+        progress.stage("first step")
+        outputs = step(keep=True)  # warm-up, and the outputs checked
+        times = []
+        for k in range(max(1, repeats)):
+            progress.stage(f"timing {k + 1}/{max(1, repeats)}")
+            t0 = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t0)
+        key = "example" if args is None else fingerprint(flat)
+        reference, ref, scales = references(program, flat, cache_key=key)
+        progress.stage("checking the outputs")
+        abs_err, rel_err, _ = compare(outputs, reference)
+        verdict = judge(program, outputs, reference, ref, scales, tolerance_dtypes(program))
+        if not verdict.agree:
+            progress.stage("finding where the runs part")
+            first = first_difference(session, flat, lowering=lowering, devices=devices)
+            verdict = dataclasses.replace(verdict, first=first)
+        progress.stage("outputs agree" if verdict.agree else "outputs DIFFER")
     mem = step.compiled.memory_analysis()
     memory = {
         k: int(getattr(mem, k))

@@ -33,6 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from workbench.core import progress
 from workbench.core.errors import TacticError, WorkbenchError
 from workbench.core.estimate import estimate
 from workbench.core.ir.selectors import exact
@@ -44,6 +45,7 @@ from workbench.core.search import candidates
 from workbench.core.search.arguments import check_auto, check_axes, hardware_of
 from workbench.core.search.candidates import AutoReport
 from workbench.core.search.groups import Group, decision_groups
+from workbench.core.units import format_bytes, format_seconds
 
 __all__ = [
     "SKIP",
@@ -140,11 +142,13 @@ class StateCache:
 
 class Search:
     """One run of the tree search from ``state`` (see module doc). ``state_cache`` is the
-    number of prefix states kept (default: what ``STATE_CACHE_VALUES`` allows)."""
+    number of prefix states kept (default: what ``STATE_CACHE_VALUES`` allows); ``status``
+    the `progress.Status` it reports to (default: one calling ``auto.callback`` only)."""
 
-    def __init__(self, program, mesh, state, auto: Auto, state_cache: int | None = None):
+    def __init__(self, program, mesh, state, auto: Auto, state_cache=None, status=None):
         self.start = time.perf_counter()
         self.program, self.mesh, self.auto = program, mesh, auto
+        self.status = status or progress.Status(str(auto), callback=auto.callback, enabled=False)
         self.hardware = hardware_of(auto)
         self.groups = []
         for axis in auto.axes:
@@ -334,16 +338,19 @@ class Search:
         return elapsed + elapsed / max(self.evaluations, 1) + replay <= seconds
 
     def report(self, chosen: AutoReport | None = None) -> None:
-        """Progress so far; with ``chosen``, the candidate that won (the last report)."""
-        if self.auto.callback is not None:
-            score, tactics = (
-                (self.best[0], self.tactics(self.best[1]))
-                if chosen is None
-                else (chosen.winner.score, chosen.tactics)
-            )
+        """Progress so far to ``status`` (a line, or a `Progress` for a callback); with
+        ``chosen``, the candidate that won (the last report)."""
+
+        def info() -> Progress:
+            tactics = self.tactics(self.best[1]) if chosen is None else chosen.tactics
             elapsed = time.perf_counter() - self.start
-            best = self.base[0] / max(score, 1e-30)
-            self.auto.callback(Progress(self.evaluations, self.auto.budget, best, tactics, elapsed))
+            return Progress(self.evaluations, self.auto.budget, best, tactics, elapsed)
+
+        best = self.base[0] / max(self.best[0] if chosen is None else chosen.winner.score, 1e-30)
+        shown = format_bytes(best) if self.auto.goal == "memory" else format_seconds(best)
+        what = "peak memory" if self.auto.goal == "memory" else "step"
+        line = f"{self.evaluations}/{self.auto.budget} evaluations, best {what} {shown}"
+        self.status.show(line + (", chosen" if chosen else ""), info)
 
     # -- local refinement ----------------------------------------------------------------
     def full(self, path: tuple) -> tuple:
@@ -424,8 +431,9 @@ class Auto(Tactic):
     ``goal`` "time" minimises the simulated step time, "memory" the peak memory per device;
     ``memory_limit`` (bytes per device) penalises strategies that exceed it. ``budget`` caps
     the simulator evaluations (1 to ``MAX_BUDGET``) and ``seconds`` the wall time (up to
-    ``MAX_SECONDS``); ``callback(Progress)`` reports after each episode (an exception it
-    raises, a KeyboardInterrupt too, stops the search and leaves the session as it was).
+    ``MAX_SECONDS``); ``callback(Progress)`` reports after each episode, else a status line
+    on stderr does (`workbench.core.progress`). An exception the callback raises, or a
+    KeyboardInterrupt, stops the search and leaves the session and caches as they were.
     ``inputs`` selects the inputs the search may decide. What it
     decides is the best of the search's find and every registered named strategy on its
     axes (``candidates``); ``report`` lists them.
@@ -470,11 +478,15 @@ class Auto(Tactic):
                 raise TacticError(
                     f"{self}: axis {axis!r} is not in {mesh}; use one of {list(mesh.names)}."
                 )
-        done = _results(program).setdefault(state, {})
-        if (self, mesh) not in done:
-            search = Search(program, mesh, state, self)
-            done[(self, mesh)] = candidates.compare(program, mesh, state, search)
-            search.report(done[(self, mesh)])
+        done = _results(program).get(state, {})
+        if (self, mesh) not in done:  # kept only once complete: an interrupted search keeps nothing
+            with progress.Status(str(self), callback=self.callback) as status:
+                search = Search(program, mesh, state, self, status=status)
+                progress.stage("pricing the named strategies")
+                found = candidates.compare(program, mesh, state, search)
+                search.report(found)
+            done = _results(program).setdefault(state, {})
+            done[(self, mesh)] = found
         return done[(self, mesh)]
 
     def expand(self, program, mesh: Mesh, state: State):
