@@ -7,6 +7,7 @@ context mesh."""
 from __future__ import annotations
 
 import types
+from collections import Counter
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +21,8 @@ from workbench.core import ops
 from workbench.core.errors import InputError
 from workbench.core.io.export_jax import export_jax
 from workbench.core.io.imports import explicit_spec, typed_values
+from workbench.core.xla.crosscheck import crosscheck, executed_by_axes
+from workbench.core.xla.hlo import normalize_cpu, parse_collectives
 
 AXES = ("batch", "model")
 PLACES = {"w1": P(None, "model"), "w2": P("model", None)}
@@ -89,33 +92,162 @@ def test_reshard_has_a_record_an_identity_whose_target_the_import_reads():
     assert rec.traits.constraint and rec.traits.transparent
 
 
+def dims(sharding) -> tuple:
+    return tuple(map(tuple, sharding.dims))
+
+
 def test_from_jax_reads_the_plan_the_types_hold():
     mesh = explicit_mesh()
     s = session(mesh)
-    assert [str(t) for t in s.history] == [
-        f"Imported('sharding types', {len(s.history[0].tiles)} tiles)"
-    ]
+    (imported,) = s.history
+    held = sum(len(names) for names, _ in imported.whole)
+    assert str(imported) == (
+        f"Imported('sharding types', {len(imported.tiles)} tiles, {held} held whole)"
+    )
     program, state = s.program, s.state
     specs = type_specs(s)
-    # every tile a type holds is in the plan, and nothing conflicts
+    assert len(specs) == len(program.values)  # every value of this step has a type
+    # every typed value is exactly as its type says on the Explicit axes, not only the ends
     for v, spec in specs.items():
-        have = state.shardings[v].dims
-        for d, axes in enumerate(spec):
-            assert tuple(have[d])[: len(axes)] == axes, program.values[v].name
+        assert dims(state.shardings[v]) == spec, program.values[v].name
     assert not state.conflicts
-    # the arguments and what the step returns are exactly as their types say
-    ends = (*program.inputs, *(v for v in program.outputs if isinstance(v, int)))
-    for v in ends:
-        assert tuple(map(tuple, state.shardings[v].dims)) == specs[v], program.values[v].name
     by_name = {program.values[v].name: state.shardings[v].dims for v in program.inputs}
     assert tuple(map(tuple, by_name["x"])) == (("batch",), ())
     assert tuple(map(tuple, by_name["params/w1"])) == ((), ("model",))
     # the einsum's out_sharding holds: its result is tiled on both axes
     first = next(op for op in program.walk() if ops.traits(op.primitive).contraction)
-    assert tuple(map(tuple, state.shardings[first.results[0]].dims)) == (("batch",), ("model",))
+    assert dims(state.shardings[first.results[0]]) == (("batch",), ("model",))
     # outside the context mesh the same plan is read (the arguments' mesh is entered)
     again = session(mesh, inside=False)
     assert again.history == s.history
+
+
+def test_what_the_types_leave_whole_stays_whole():
+    """After ``reshard(h, P('batch', None))`` the value and the backward dot its type makes
+    whole on model are whole there; the tiles alone would let propagation tile them."""
+    mesh = explicit_mesh()
+    s = session(mesh)
+    program, specs = s.program, type_specs(s)
+    resharded = [
+        op.results[0]
+        for op in program.walk()
+        if ops.traits(op.primitive).constraint and specs[op.results[0]] == (("batch",), ())
+    ]
+    assert resharded  # the forward reshard to P('batch', None)
+    tiles_only = wb.Session(program, s.mesh, [wb.Imported("sharding types", s.history[0].tiles)])
+    over = [v for v in specs if dims(tiles_only.state.shardings[v]) != specs[v]]
+    assert set(resharded) <= set(over) and len(over) >= 2  # the gap the holds close
+    for v in over:
+        assert dims(s.state.shardings[v]) == specs[v]
+        assert "model" in s.state.shardings[v].atomic, program.values[v].name
+
+
+def test_a_pending_sum_is_only_a_contraction_s_and_is_reduced_before_any_use():
+    """JAX reduces a contraction over a tiled dim inside the op; the plan holds that sum
+    pending until the first use fetches it whole: the same all-reduce, at the same place.
+    No other value is pending, and none is pending on an axis its producer does not sum."""
+    s = session(explicit_mesh())
+    program, state = s.program, s.state
+    pending = {
+        (v, axis) for v, sh in state.shardings.items() if sh.partial for axis, _ in sh.partial
+    }
+    assert pending  # the weight gradients, the loss and the second layer's dot
+    reduced = {(c.value, c.axes) for c in s.collectives() if c.kind == "all-reduce"}
+    specs = type_specs(s)
+    for v, axis in pending:
+        op = program.ops[program.values[v].producer]
+        assert program.mapping(op).contracting, op.name  # a contraction or a reduction
+        assert any(axis in sum(specs[o], ()) for o in op.operands if isinstance(o, int))
+        assert (v, (axis,)) in reduced, program.values[v].name
+        assert v not in program.outputs  # what the step returns leaves whole
+
+
+def xla_collectives(mesh, args):
+    """The collectives XLA compiles for the user's own jitted step, on the user's mesh."""
+    with jax.set_mesh(mesh):
+        text = jax.jit(train_step).lower(*args).compile().as_text()
+    return normalize_cpu(parse_collectives(text, dict(zip(AXES, mesh.axis_sizes))), text)
+
+
+def test_the_plan_s_collectives_are_the_ones_xla_compiles_for_the_user_s_step():
+    """Per kind and mesh axes, the same collectives, counts and bytes as XLA compiles for
+    ``jax.jit(train_step)`` on the placed arrays; one named difference: XLA gathers w2
+    on model for the backward dot whose type is whole on model, where the plan runs that
+    dot on w2's tiles and hands them straight to the reshard that tiles the result on
+    model again (the whole result is never used)."""
+    mesh = explicit_mesh()
+    s = session(mesh)
+    xla = xla_collectives(mesh, placed(mesh))
+    plan = s.collectives()
+    assert Counter((c.kind, c.axes) for c in plan) + Counter({("all-gather", ("model",)): 1}) == (
+        Counter((c.kind, c.axes) for c in xla)
+    )
+    w2 = s.program.value("params/w2")
+    extra = executed_by_axes(xla) - executed_by_axes(plan)
+    assert extra == Counter({("all-gather", ("model",)): w2.nbytes})
+    assert executed_by_axes(plan) - executed_by_axes(xla) == Counter()
+    assert crosscheck(s).identical  # and the explicit lowering compiles to exactly the plan
+    # the dot it stands for: its result whole on model, its only use the reshard to model
+    results = [v for o in s.program.users[w2.id] for v in s.program.ops[o].results]
+    (dot,) = [v for v in results if "model" in s.state.shardings[v].atomic]
+    (use,) = s.program.users[dot]
+    assert ops.traits(s.program.ops[use].primitive).constraint
+    assert "model" in s.state.shardings[s.program.ops[use].results[0]].dims[1]
+
+
+def mixed_step(p, x, y):
+    def loss(p):
+        return jnp.mean((jnp.tanh(x @ p["w1"]) @ p["w2"] - y) ** 2)
+
+    value, g = jax.value_and_grad(loss)(p)
+    return value, jax.tree.map(lambda a, b: a - 0.1 * b, p, g)
+
+
+def test_a_mixed_mesh_holds_the_explicit_axis_and_leaves_the_auto_axis_free():
+    mesh = jax.make_mesh((4, 2), AXES, axis_types=(AxisType.Explicit, AxisType.Auto))
+    params, x, y = host_arrays(5)
+    with jax.set_mesh(mesh):
+        args = (
+            jax.device_put(params, PLACES),
+            jax.device_put(x, P("batch", None)),
+            jax.device_put(y, P("batch", None)),
+        )
+        s = wb.Session.from_jax(mixed_step, *args, mesh=mesh)
+    (imported,) = s.history
+    assert {axis for _, axis in imported.whole} == {"batch"}
+    assert {axis for _, _, axis in imported.tiles} == {"batch"}
+    specs = type_specs(s)
+    for v, spec in specs.items():
+        sh = s.state.shardings[v]
+        assert dims(sh) == spec, s.program.values[v].name  # the types name batch only
+        assert "model" not in sh.atomic | sh.replicated
+    # the compiler's axis is the user's to decide: a later tile spreads on it
+    tiled = s.apply(wb.Tile("p/w1", 1, "model"))
+    first = next(op for op in tiled.program.walk() if ops.traits(op.primitive).contraction)
+    assert dims(tiled.state.shardings[first.results[0]]) == (("batch",), ("model",))
+
+
+def test_the_holds_survive_a_strategy_file(tmp_path):
+    from workbench.core.io.export import export_code, read
+
+    s = session(explicit_mesh())
+    mesh, tactics = read(s.save(tmp_path / "explicit.json"))
+    assert tuple(tactics) == s.history and tactics[0].whole
+    assert wb.Session(s.program, mesh, tactics).state.shardings == s.state.shardings
+    code = export_code(s)
+    assert "whole=" in code and "Atomic" not in code  # the holds stay part of the import
+
+
+@pytest.mark.parametrize(
+    "whole",
+    [5, [("h", "model")], [(["h"], 3)], [([], "model")], [(["h"], "model", 1)]],
+    ids=["an int", "a bare name", "an axis not a string", "no names", "a triple"],
+)
+def test_a_bad_whole_is_refused_with_what_would_work(whole):
+    from workbench.core.errors import TacticError
+
+    with pytest.raises(TacticError, match=r"whole .*\(selectors, axis\).*got"):
+        wb.Imported("sharding types", (), whole)
 
 
 @pytest.mark.slow

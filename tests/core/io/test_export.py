@@ -13,6 +13,7 @@ import pytest
 import workbench as wb
 from tests.core.lowering.strategies import strategies
 from workbench.core.errors import WorkbenchError
+from workbench.core.io import schema
 from workbench.core.strategies.named import BP, MP, Z3
 from workbench.core.xla.crosscheck import compiled_collectives
 from workbench.core.xla.hlo import normalize_cpu, parse_collectives
@@ -80,7 +81,7 @@ def test_json_strategies_round_trip(tmp_path):
     )
     path = s.save(tmp_path / "strategy.json")
     data = json.loads(path.read_text())
-    assert (data["format"], data["version"]) == ("workbench-strategy", 2)
+    assert (data["format"], data["version"]) == ("workbench-strategy", schema.VERSION)
     assert data["mesh"] == {"batch": 2, "model": 4}
     assert data["schedule"][0] == {
         "tactic": "BP",

@@ -49,6 +49,32 @@ def test_a_version_1_file_migrates_to_the_current_version(program, tmp_path):
     assert read(path) == read(s.save(tmp_path / "new.json"))
 
 
+def test_a_version_2_file_reads_an_import_as_its_tiles(program, tmp_path):
+    """Version 2 knew no ``whole`` on ``Imported``: such a file migrates and reads back
+    as the tiles it names, holding nothing whole, as it did when it was written."""
+    tiles = [["params/**/w", -1, "model"]]
+    old = {
+        "format": schema.FORMAT,
+        "version": 2,
+        "program": program.name,
+        "mesh": {"batch": 2, "model": 4},
+        "schedule": [
+            {"tactic": "BP", "axis": "batch"},
+            {"tactic": "Imported", "source": "in_shardings", "tiles": tiles},
+        ],
+    }
+    assert schema.migrate(old) == {**old, "version": schema.VERSION}
+    path = tmp_path / "v2.json"
+    path.write_text(json.dumps(old))
+    mesh, tactics = read(path)
+    assert mesh == MESH and tactics[1] == wb.Imported(
+        "in_shardings", (("params/**/w", -1, "model"),)
+    )
+    assert tactics[1].whole is None
+    s = wb.Session(program, mesh, tactics)  # it applies, and saves at the current version
+    assert read(s.save(tmp_path / "again.json")) == (mesh, list(tactics))
+
+
 def test_every_version_below_the_current_has_a_migration():
     assert set(schema.MIGRATIONS) == set(range(1, schema.VERSION))
 

@@ -6,7 +6,9 @@ Sources, in the order their tactics enter the schedule (earlier decides first):
   argument's and value's type on the mesh's ``Explicit`` axes, which holds what each
   ``reshard`` (``auto_axes`` and ``explicit_axes`` lower to it) and each ``out_sharding=``
   asks for; one step, as the types are decided together (an earlier source's propagation
-  would pre-empt a ``reshard`` that moves an axis);
+  would pre-empt a ``reshard`` that moves an axis). The types are the program's sharding
+  (JAX computes exactly them), so each typed value is also held whole (``Atomic``) on every
+  ``Explicit`` axis its type leaves whole; ``Auto`` axes stay free, the compiler's to place;
 - ``in_shardings``: a pytree like the arguments (a prefix of it also works: one spec for a
   whole argument) of ``PartitionSpec``s, ``NamedSharding``s or None; or, when the step is a
   ``jax.jit`` function, the ``in_shardings`` it was jitted with;
@@ -29,25 +31,52 @@ import jax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from workbench.core import ops
-from workbench.core.errors import TacticError, WorkbenchError
+from workbench.core.errors import TacticError, WorkbenchError, given
 from workbench.core.io.specs import logical_leaves, spec_entry
 from workbench.core.ir.selectors import exact
 from workbench.core.ops.elementwise import constraint_target
-from workbench.core.propagate.tactics import Tactic, Tile
+from workbench.core.propagate.propagation import op_index
+from workbench.core.propagate.tactics import Atomic, Tactic, Tile
 
 #: ``(selector, dim, axis)`` per tile
 Triples = tuple[tuple[str, int, str], ...]
+#: ``(selectors, axis)`` per mesh axis: the values held whole on it
+Holds = tuple[tuple[tuple[str, ...], str], ...]
+
+
+def _holds(source: str, whole) -> Holds | None:
+    """``whole`` checked and frozen (None when it holds nothing)."""
+    if whole is not None and not isinstance(whole, list | tuple):
+        raise TacticError(
+            f"Imported({source!r}): whole is a list of (selectors, axis) pairs, e.g. "
+            f"[(['h'], 'model')], or None; got {given(whole)}."
+        )
+    out = []
+    for h in whole or ():
+        ok = isinstance(h, list | tuple) and len(h) == 2 and isinstance(h[1], str)
+        names = h[0] if ok else None
+        if not (
+            isinstance(names, list | tuple) and names and all(isinstance(n, str) for n in names)
+        ):
+            raise TacticError(
+                f"Imported({source!r}): each entry of whole is (selectors, axis), e.g. "
+                f"(['h', 'params/w'], 'model'); got {given(h)}."
+            )
+        out.append((tuple(names), h[1]))
+    return tuple(out) or None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Imported(Tactic):
     """The tiles a plan the user already has makes, from ``source`` (e.g. "in_shardings"):
-    ``tiles`` holds ``(selector, dim, axis)`` triples. They are the user's decisions all at
-    once: every tile is seeded, then propagation runs (``one_pass``), so no tile's
-    propagation pre-empts another's."""
+    ``tiles`` holds ``(selector, dim, axis)`` triples, ``whole`` per mesh axis the values
+    held whole on it (``Atomic``: what a type leaves whole on an ``Explicit`` axis). They are
+    the user's decisions all at once: every tile and hold is seeded, then propagation runs
+    (``one_pass``), so no tile's propagation pre-empts another's."""
 
     source: str
     tiles: Triples
+    whole: Holds | None = None
     one_pass = True
 
     def __post_init__(self):
@@ -65,17 +94,23 @@ class Imported(Tactic):
                     f"('params/w', 0, 'data'); got {t!r}."
                 )
         object.__setattr__(self, "tiles", triples)
+        object.__setattr__(self, "whole", _holds(self.source, self.whole))
 
     def __str__(self) -> str:
-        return f"Imported({self.source!r}, {len(self.tiles)} tiles)"
+        held = sum(len(names) for names, _ in self.whole or ())
+        return f"Imported({self.source!r}, {len(self.tiles)} tiles" + (
+            f", {held} held whole)" if held else ")"
+        )
 
     @property
     def axis(self) -> str:
-        """The mesh axes its tiles use, comma-separated."""
-        return ",".join(dict.fromkeys(axis for _, _, axis in self.tiles))
+        """The mesh axes its tiles and holds use, comma-separated."""
+        axes = [axis for _, _, axis in self.tiles] + [axis for _, axis in self.whole or ()]
+        return ",".join(dict.fromkeys(axes))
 
     def expand(self, program, mesh, state):
-        return [Tile(selector, dim, axis) for selector, dim, axis in self.tiles]
+        tiles = [Tile(selector, dim, axis) for selector, dim, axis in self.tiles]
+        return tiles + [Atomic(names, axis) for names, axis in self.whole or ()]
 
 
 def _as_spec(sharding) -> PartitionSpec | None:
@@ -187,19 +222,34 @@ def constraint_tiles(program, mesh, source: str = "with_sharding_constraint") ->
     return tiles_for(names, specs, mesh)
 
 
+def _explicit_axes(sharding) -> tuple[str, ...]:
+    """The ``Explicit`` axes of a type's mesh, in mesh order (none if it is no mesh's)."""
+    mesh = getattr(sharding, "mesh", None)
+    if not isinstance(sharding, NamedSharding) or mesh is None:
+        return ()
+    return tuple(a for a, t in zip(mesh.axis_names, mesh.axis_types) if t == AxisType.Explicit)
+
+
 def explicit_spec(sharding) -> tuple | None:
     """What a sharding in a type decides: per dim, its axes that are ``Explicit`` on its
     mesh (``Auto`` axes are the compiler's to place); None where it decides nothing."""
-    mesh = getattr(sharding, "mesh", None)
-    if not isinstance(sharding, NamedSharding) or mesh is None:
-        return None
-    explicit = {a for a, t in zip(mesh.axis_names, mesh.axis_types) if t == AxisType.Explicit}
+    explicit = _explicit_axes(sharding)
     if not explicit:
         return None
     return tuple(
         tuple(a for a in ((e,) if isinstance(e, str) else (e or ())) if a in explicit)
         for e in sharding.spec
     )
+
+
+def whole_axes(sharding) -> tuple[str, ...]:
+    """The ``Explicit`` axes a type holds its value whole on: those no dim uses and no
+    pending (``unreduced``) sum names."""
+    spec = explicit_spec(sharding)
+    if spec is None:
+        return ()
+    used = {a for axes in spec for a in axes} | set(getattr(sharding.spec, "unreduced", ()))
+    return tuple(a for a in _explicit_axes(sharding) if a not in used)
 
 
 def typed_values(program) -> list[tuple[int, object]]:
@@ -230,15 +280,49 @@ def typed_values(program) -> list[tuple[int, object]]:
     return out
 
 
-def type_tiles(program, mesh) -> Triples:
-    """Tiles for the shardings the types carry (JAX's explicit sharding mode)."""
-    names, specs = [], []
-    for v, aval in typed_values(program):
-        spec = explicit_spec(getattr(aval, "sharding", None))
-        if spec is not None and any(spec):
-            names.append(program.values[v].name)
+def summed_axes(program, v, typed) -> set[str]:
+    """The axes ``v``'s producer contracts: those an operand's type puts on a dim the op
+    sums over. JAX reduces that sum inside the op; the plan holds it pending until the
+    first use fetches it whole, the same all-reduce at the same place."""
+    o = program.values[v].producer
+    if o is None or program.ops[o].regions:
+        return set()
+    ix = op_index(program)[o]
+    contracting = ix.mapping.contracting
+    out = set()
+    for t in range(ix.n_in):
+        spec = explicit_spec(typed.get(ix.tensors[t]))
+        for d, axes in enumerate(spec or ()):
+            if contracting & set(ix.dims[t][d]):
+                out.update(axes)
+    return out
+
+
+def type_plan(program, mesh) -> tuple[Triples, Holds]:
+    """The tiles the types carry (JAX's explicit sharding mode), and per ``Explicit`` axis
+    the values their types hold whole on it."""
+    names, specs, holds = [], [], {}
+    typed = {v: getattr(aval, "sharding", None) for v, aval in typed_values(program)}
+    for v, sharding in typed.items():
+        spec = explicit_spec(sharding)
+        if spec is None:
+            continue
+        name = program.values[v].name
+        if any(spec):
+            names.append(name)
             specs.append(spec)
-    return tiles_for(names, specs, mesh)
+        summed = summed_axes(program, v, typed)
+        for axis in whole_axes(sharding):
+            if axis in summed:
+                continue
+            if axis not in mesh.names:
+                raise WorkbenchError(
+                    f"{name}: its type is on a mesh with Explicit axis {axis!r}, which {mesh} "
+                    "does not have; pass the mesh the step was written for."
+                )
+            holds.setdefault(axis, []).append(exact(name))
+    held = tuple((tuple(dict.fromkeys(n)), a) for a, n in holds.items())
+    return tiles_for(names, specs, mesh), held
 
 
 def without_types(program):
@@ -296,10 +380,10 @@ def import_plan(
     arguments = program.in_tree.children()
     inputs = [program.values[v].name for v in program.inputs]
     outputs = [program.values[v].name if isinstance(v, int) else None for v in program.outputs]
-    types = type_tiles(program, mesh)
-    if types:
+    types, held = type_plan(program, mesh)
+    if types or held:
         program = without_types(program)
-    schedule = [Imported("sharding types", types)]
+    schedule = [Imported("sharding types", types, held)]
     jitted = (
         jit_shardings(step, program) if in_shardings is None and out_shardings is None else None
     )
@@ -327,4 +411,4 @@ def import_plan(
         schedule.append(Imported("logical axis rules", tiles_for(inputs, specs, mesh)))
     schedule.append(Imported("with_sharding_constraint", constraint_tiles(program, mesh)))
     schedule.append(Imported("out_shardings", out_tiles))
-    return program, [t for t in schedule if t.tiles]
+    return program, [t for t in schedule if t.tiles or t.whole]

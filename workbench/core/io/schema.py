@@ -7,7 +7,8 @@ the JSON parser recurses; no NaN or Infinity, no repeated keys), then the docume
 of axis sizes and a ``schedule`` of tactics, each named from a fixed table of classes
 (``tactic_classes``) with fields of the kinds their declarations say. Reading imports
 nothing a file names and executes nothing. Version 1 (``"format": "workbench-strategy/1"``,
-no ``version``) is version 2 without the ``version`` field.
+no ``version``) is version 2 without the ``version`` field; version 3 adds ``Imported``'s
+``whole`` (the values a type holds whole per axis), which a version-2 file never names.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from workbench.core.errors import FileFormatError, InputError, LimitError, MeshE
 from workbench.core.layout.mesh import Mesh
 
 FORMAT = "workbench-strategy"
-VERSION = 2
+VERSION = 3
 MAX_BYTES = 4 * 2**20
 MAX_DEPTH = 8  # a file nests 5 deep: document, schedule, tactic, field, a triple
 MAX_TACTICS = 1000
@@ -152,7 +153,12 @@ def _v1_to_v2(data: dict) -> dict:
     return {**data, "format": FORMAT, "version": 2}
 
 
-MIGRATIONS = {1: _v1_to_v2}  # version -> the function that makes it the next version
+def _v2_to_v3(data: dict) -> dict:
+    # a version-2 Imported names no whole: it reads as the tiles alone, as it was written
+    return {**data, "version": 3}
+
+
+MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3}  # version -> the function that makes it the next version
 
 
 def migrate(data, source: str = "strategy file") -> dict:
