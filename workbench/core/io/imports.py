@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Iterable
 
 import jax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from workbench.core import ops
-from workbench.core.errors import TacticError, WorkbenchError, given
+from workbench.core.errors import InputError, TacticError, WorkbenchError, given
 from workbench.core.io.specs import logical_leaves, spec_entry
 from workbench.core.ir.selectors import exact
 from workbench.core.ops.elementwise import constraint_target
@@ -146,9 +147,14 @@ def flat_specs(tree, arguments, what: str) -> list:
     """One spec (or None) per leaf of ``arguments`` from a full tree or a prefix of it."""
     if isinstance(tree, PartitionSpec | NamedSharding):
         return [_as_spec(tree)] * sum(t.num_leaves for t in arguments)
+    if isinstance(tree, str | bytes | int | float):
+        raise InputError(
+            f"{what}={given(tree)} is not a sharding; pass one per argument (a PartitionSpec "
+            "tree shaped like it, a NamedSharding, or None), e.g. (P(), P('batch'))."
+        )
     parts = tuple(tree) if isinstance(tree, list | tuple) else (tree,)
     if len(parts) != len(arguments):
-        raise WorkbenchError(
+        raise InputError(
             f"{what} has {len(parts)} entries but the step takes {len(arguments)} arguments; "
             "pass one per argument (a PartitionSpec tree shaped like it, or None)."
         )
@@ -164,6 +170,41 @@ def flat_specs(tree, arguments, what: str) -> list:
                 f"{what}: an argument with {arg.num_leaves} arrays got a tree with {len(leaves)} "
                 "specs; pass a tree shaped like the argument, or one spec for all of it."
             )
+    return out
+
+
+def checked_logical_axes(logical_axes, arguments) -> tuple:
+    """``logical_axes`` as one entry per argument (a tree of logical-name tuples, or None)."""
+    if not isinstance(logical_axes, list | tuple) or len(logical_axes) != len(arguments):
+        raise InputError(
+            f"logical_axes={given(logical_axes)} is not one entry per argument of the step "
+            f"({len(arguments)}); pass a tuple with, per argument, its tree of logical names "
+            "(as nnx.get_partition_spec or flax.linen.get_partition_spec give them) or None."
+        )
+    return tuple(logical_axes)
+
+
+def checked_rules(rules) -> list:
+    """``rules`` as (logical name, mesh axis or axes or None) pairs."""
+    example = "e.g. rules=[('batch', 'data'), ('mlp', 'model'), ('embed', None)]"
+    if isinstance(rules, str | bytes) or not isinstance(rules, Iterable):
+        raise InputError(
+            f"rules={given(rules)} is not a list of (logical name, mesh axes) pairs; {example}."
+        )
+    out = []
+    for rule in rules:
+        ok = isinstance(rule, list | tuple) and len(rule) == 2 and isinstance(rule[0], str)
+        axes = rule[1] if ok else None
+        ok = ok and (
+            axes is None
+            or isinstance(axes, str)
+            or (isinstance(axes, list | tuple) and all(isinstance(a, str) for a in axes))
+        )
+        if not ok:
+            raise InputError(
+                f"rules holds {given(rule)}, not a (logical name, mesh axis or axes or None) pair; {example}."
+            )
+        out.append(tuple(rule))
     return out
 
 
@@ -407,7 +448,9 @@ def import_plan(
                 "logical_axes needs the rules that map them onto mesh axes, e.g. "
                 "rules=[('batch', 'data'), ('mlp', 'model'), ('embed', None)]."
             )
-        specs = logical_specs(tuple(logical_axes), rules, arguments)
+        specs = logical_specs(
+            checked_logical_axes(logical_axes, arguments), checked_rules(rules), arguments
+        )
         schedule.append(Imported("logical axis rules", tiles_for(inputs, specs, mesh)))
     schedule.append(Imported("with_sharding_constraint", constraint_tiles(program, mesh)))
     schedule.append(Imported("out_shardings", out_tiles))
