@@ -639,3 +639,33 @@ def graph_labels(page) -> list[dict]:
     )
     panel.scroll_into_view_if_needed()
     return panel.evaluate(_GRAPH_LABELS_JS)
+
+
+# the graph's nodes (their box against the visible stage) and the node labels in view
+_VIEW_JS = """
+(root) => {
+  const stage = root.querySelector('.wb-gv-stage').getBoundingClientRect();
+  const inside = r => r.left >= stage.left - 0.5 && r.right <= stage.right + 0.5
+                      && r.top >= stage.top - 0.5 && r.bottom <= stage.bottom + 0.5;
+  const nodes = [], labels = [];
+  for (const g of root.querySelectorAll('.wb-graph svg g.node')) {
+    const r = g.getBoundingClientRect();
+    if (!r.width) continue;
+    nodes.push({id: g.id, cls: g.getAttribute('class') || '', text: g.textContent.trim().slice(0, 40),
+                inside: inside(r), cutLeft: r.left < stage.left - 0.5 && r.right > stage.left + 0.5});
+  }
+  for (const t of root.querySelectorAll('.wb-graph svg g.node text')) {
+    const r = t.getBoundingClientRect(), m = t.getScreenCTM();
+    if (!t.textContent.trim() || !r.height || !m || !inside(r)) continue;
+    labels.push({text: t.textContent, px: parseFloat(t.getAttribute('font-size')) * Math.hypot(m.a, m.b)});
+  }
+  return {nodes, labels, zoom: root.querySelector('.wb-graph').dataset.zoom};
+}
+"""
+
+
+def graph_view(page) -> dict:
+    """The graph's nodes (id, class, text; ``inside`` the visible stage, ``cutLeft``: across
+    its left edge) and the node labels in view with their font size in CSS px."""
+    graph_labels(page)  # the drawing is there, and scrolled into view
+    return workbench(page).evaluate(_VIEW_JS)

@@ -9,7 +9,14 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from .conftest import click, click_strategy, open_and_run_all, wait_for_workbench, wait_settled
+from .conftest import (
+    click,
+    click_strategy,
+    graph_view,
+    open_and_run_all,
+    wait_for_workbench,
+    wait_settled,
+)
 from .conftest import workbench as root_of
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -81,11 +88,22 @@ def check_fits(page, when: str) -> None:
     )
 
 
-def at_each_width(page, when: str) -> None:
+def check_whole(page, when: str) -> None:
+    """The whole folded program in view: every box, input and output."""
+    view = graph_view(page)
+    kept = [n for n in view["nodes"] if "wb-box" in n["cls"] or "wb-io" in n["cls"]]
+    assert len(kept) >= 5, f"{when}: the folded program is not drawn: {view['nodes']}"
+    out = [n for n in kept if not n["inside"]]
+    assert not out, f"{when}: out of the graph's view (zoom {view['zoom']}): {out}"
+
+
+def at_each_width(page, when: str, whole: bool = False) -> None:
     for width in WIDTHS:
         page.set_viewport_size({"width": width, "height": 1000})
         page.wait_for_timeout(1500)  # the panels, the charts and the graph's fit follow the size
         check_fits(page, f"{when} at {width} px")
+        if whole:
+            check_whole(page, f"{when} at {width} px")
 
 
 def panel_error(page, name: str) -> str:
@@ -114,7 +132,7 @@ def test_fit_in_browser(lab_server, browser_page, page_log):
     wait_settled(page)
     root_of(page).locator(".js-plotly-plot").first.wait_for(timeout=60_000)
     root_of(page).scroll_into_view_if_needed()
-    at_each_width(page, "at open")
+    at_each_width(page, "at open", whole=True)
 
     click_strategy(page, "BP")
     state = click_strategy(page, "MP")

@@ -12,14 +12,17 @@ import pytest
 
 from .conftest import (
     REPO,
+    VIEWPORT,
     click,
     click_strategy,
     graph_labels,
+    graph_view,
     open_and_run_all,
     record_progress,
     recorded_progress,
     wait_for_workbench,
     wait_settled,
+    workbench,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -27,6 +30,26 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 TOUR = "00_tour.ipynb"
 AUTO_TIMEOUT_S = 400
 MIN_LABEL_PX = 10.0  # the graph's labels at its default view, on screen
+FIT_WIDTH = 1280  # the narrowest JupyterLab the workbench fits
+FIT_LABEL_PX = 11.0  # node labels in view at FIT_WIDTH
+FIT_LABELS = 3
+# the collective table's code cells (short text, the whole lines on hover), and its overflow
+CODE_JS = """
+(root) => {
+  const table = root.querySelector('.wb-collectives table');
+  const panel = table && table.closest('.wb-panel');
+  return {
+    cells: [...root.querySelectorAll('.wb-collectives td.wb-code')].map(
+      td => ({text: td.textContent.trim(), title: td.getAttribute('title') || ''})),
+    header: table ? [...table.querySelectorAll('th')].map(th => th.textContent) : [],
+    over: table && panel && panel.getClientRects().length
+      ? table.getBoundingClientRect().right - panel.getBoundingClientRect().right : null,
+  };
+}
+"""
+TOUR_LINE = re.compile(
+    r"\.py:\d+ \([^)]*\btrain_step\b"
+)  # a line of the tour's step (or within it)
 SCREENSHOT = REPO / "docs" / "images" / "workbench_tour.png"
 
 STEP_TIME = re.compile(r"step\D{0,20}?\d+(\.\d+)?\s*(ns|µs|us|ms|s)\b")
@@ -57,6 +80,14 @@ def timed(what: str, action, *args, **kwargs):
     return result
 
 
+def view_at(page, width: int) -> dict:
+    """The graph's nodes and labels in view with the page ``width`` px wide (the view fits
+    again on a new size)."""
+    page.set_viewport_size({"width": width, "height": VIEWPORT["height"]})
+    page.wait_for_timeout(1500)
+    return graph_view(page)
+
+
 def test_tour_in_browser(lab_server, browser_page, page_log, tmp_path):
     page = browser_page
     timed("open the tour and run all", open_and_run_all, page, lab_server.url, TOUR)
@@ -67,6 +98,20 @@ def test_tour_in_browser(lab_server, browser_page, page_log, tmp_path):
     charts = page.locator(".wb-workbench .js-plotly-plot")
     charts.first.wait_for(timeout=60_000)
     assert charts.count() >= 3, f"the estimate's charts are not drawn: {charts.count()} plots"
+
+    # at open, in a 1,280 px JupyterLab: the whole folded program in view, readable
+    view = view_at(page, FIT_WIDTH)
+    boxes = [n for n in view["nodes"] if "wb-box" in n["cls"]]
+    assert len(boxes) >= 4, f"the folded phases and blocks are not drawn as boxes: {view['nodes']}"
+    assert all(n["inside"] for n in boxes), f"phase boxes out of view at open: {view}"
+    io = [n for n in view["nodes"] if "wb-io" in n["cls"]]
+    assert io and all(n["inside"] for n in io), f"inputs or outputs out of view at open: {view}"
+    readable = [lab for lab in view["labels"] if lab["px"] >= FIT_LABEL_PX]
+    assert len(readable) >= FIT_LABELS, f"labels in view at open: {view['labels']}"
+    print(
+        f"at open: {len(view['nodes'])} nodes, {len(readable)} labels in view, zoom {view['zoom']}"
+    )
+    page.set_viewport_size(VIEWPORT)
 
     bp = timed("BP", click_strategy, page, "BP")
     check_sound(bp, "after BP")
@@ -79,6 +124,22 @@ def test_tour_in_browser(lab_server, browser_page, page_log, tmp_path):
 
     mp = timed("MP", click_strategy, page, "MP")
     check_sound(mp, "after MP")
+    view = view_at(page, FIT_WIDTH)
+    readable = [lab for lab in view["labels"] if lab["px"] >= FIT_LABEL_PX]
+    assert len(readable) >= FIT_LABELS, f"labels in view after BP+MP: {view}"
+    cut = [n for n in view["nodes"] if n["cutLeft"]]
+    assert not cut, f"nodes cut at the graph's left edge after BP+MP: {cut}"
+    inside = [n for n in view["nodes"] if n["inside"]]
+    print(
+        f"after BP+MP: {len(inside)} of {len(view['nodes'])} nodes, {len(readable)} labels in view"
+    )
+    code = workbench(page).evaluate(CODE_JS)
+    assert "code" in code["header"], f"no code column in the collective table: {code['header']}"
+    lines = [c for c in code["cells"] if TOUR_LINE.search(c["text"])]
+    assert lines, f"no collective names a line of the tour's train_step: {code['cells'][:5]}"
+    assert all(c["title"].startswith("/") and TOUR_LINE.search(c["title"]) for c in lines), lines
+    assert code["over"] is not None and code["over"] <= 1, f"the table runs {code['over']} px over"
+    page.set_viewport_size(VIEWPORT)
     labels = graph_labels(page)
     assert labels and min(lab["h"] for lab in labels) >= MIN_LABEL_PX, (
         f"the graph is not legible at its default view after MP: {labels[:5]}"

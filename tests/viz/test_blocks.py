@@ -96,4 +96,59 @@ def test_a_long_program_folds_to_a_few_boxes():
     fans = Counter(re.findall(r"^\s*(in\d+|out\d+) -> g\d+", src, re.M))
     assert max(fans.values(), default=0) <= IO_FANOUT
     backward = next(g.node for g in opened.nodes.groups.values() if g.key == "backward")
-    assert not re.search(rf"^\s*g\d+ -> {backward}\b", src, re.M)
+    drawn = [e for e in re.findall(rf"^\s*g\d+ -> {backward}\b.*$", src, re.M) if "invis" not in e]
+    assert not drawn  # an invisible edge only places the folded phase beside the forward one
+
+
+def io_labels(pic) -> dict[str, str]:
+    """Input and output node -> its label, from the DOT source."""
+    found = re.findall(r'^\s*((?:in|out)\d+) \[.*?label="([^"]*)"', pic.digraph.source, re.M)
+    return dict(found)
+
+
+def test_inputs_and_outputs_fold_by_role_and_unfold_with_their_layer(eqx):
+    state = wb.Session(eqx, MESH).state
+    anatomy = eqx.anatomy()
+    pic = graph_picture(eqx, state, MESH, collapse="blocks", expand=("forward",))
+    labels = io_labels(pic)
+    # a few nodes, by role, with their counts: never a name's prefix
+    assert len(labels) <= 8 and f"parameters ×{len(anatomy.parameters)}" in labels.values()
+    assert not any("/" in t for n, t in labels.items() if len(pic.node_values[n]) > 1)
+    params = next(n for n, t in labels.items() if t.startswith("parameters ×"))
+    assert set(pic.node_values[params]) == set(anatomy.parameters)
+    # a layer opened op by op: its parameters drawn one by one, the rest still one group
+    pic = graph_picture(eqx, state, MESH, collapse="blocks", expand=default_expand(eqx))
+    alone = {pic.node_values[n][0] for n in io_labels(pic) if len(pic.node_values[n]) == 1}
+    assert set(anatomy.layers.blocks[0]) <= alone
+    assert not set(anatomy.layers.blocks[1]) & alone
+    # the repeated block opened box by box: each layer's parameters a group of their own
+    pic = graph_picture(eqx, state, MESH, collapse="blocks", expand=("forward", "forward/layers"))
+    labels = io_labels(pic)
+    for k, block in enumerate(anatomy.layers.blocks):
+        node = next(n for n, t in labels.items() if t.startswith(f"layer {k} parameters"))
+        assert set(pic.node_values[node]) == set(block)
+
+
+def test_the_folded_forward_phase_reads_top_to_bottom(eqx, lm):
+    for program in (eqx, lm.program):
+        pic = graph_picture(program, lm.state if program is lm.program else wb.Session(
+            program, MESH).state, MESH, collapse="blocks", expand=("forward",))  # fmt: skip
+        node = {g.key: g.node for g in pic.nodes.groups.values()}
+        src = pic.digraph.source
+        layers, pre = node["forward/layers"], node["forward/pre"]
+        assert re.search(rf"^\s*{pre} -> {layers} \[", src, re.M)
+        assert not re.search(rf"^\s*{layers} -> {pre} \[label", src, re.M), "a value runs back"
+
+
+def test_the_folded_program_fits_a_panel(lm):
+    """Every box, input and output of the opening view in about 530 x 560 points: the graph
+    panel of a 1,280 px JupyterLab at 1.2 CSS px per point (labels at 12 px)."""
+    s = lm
+    for state in (wb.Session(s.program, MESH).state, s.state):
+        pic = graph_picture(
+            s.program, state, s.mesh, collectives=s.collectives(), collapse="blocks",
+            expand=("forward",), legend=False,
+        )  # fmt: skip
+        width, height = map(float, re.search(r'viewBox="0.00 0.00 ([\d.]+) ([\d.]+)"',
+                                             to_svg(pic.digraph)).groups())  # fmt: skip
+        assert width <= 560 and height <= 600, (width, height)

@@ -35,9 +35,16 @@ def test_opens_fitted_on_the_folded_program(program):
     assert set(g.folds.values()) >= {"forward/pre", "forward/layers", "backward", "optimizer"}
     assert not pic.nodes.drawn
     assert g.focus["mode"] == "fit" and not g.focus["keep_zoom"]
-    boxes = g.focus["ids"]
+    # the whole program: its boxes, and its inputs and outputs grouped by role
+    ids = g.focus["ids"]
+    boxes = [e for e in ids if e in pic.nodes.groups]
     assert 3 <= len(boxes) <= 8 and set(boxes) == set(pic.nodes.groups) & set(pic.folds)
+    io = [e for e in ids if e.startswith(("in", "out")) and f'id="{e}"' in g.svg]
+    assert 2 <= len(io) <= 10, io
+    assert set(ids) == set(boxes) | {e for e in ids if e.startswith(("in", "out"))}
     assert all(f'id="{b}"' in g.svg for b in boxes)
+    # the colours' key above the drawing, not in it (the drawing stays narrow)
+    assert "batch (" in bench.graph_panel.legend.value and "pending sum" not in g.svg
 
 
 def test_fits_each_step_on_what_it_changed(bench):
@@ -49,8 +56,10 @@ def test_fits_each_step_on_what_it_changed(bench):
     n = g.focus["n"]
     bench.history.undo.click()
     assert g.focus["n"] > n and set(g.focus["ids"]) == set(bench.graph_panel.picture.changed)
-    bench.history.reset.click()  # nothing changed at step 0: the folded boxes again
-    assert set(g.focus["ids"]) <= set(bench.graph_panel.picture.nodes.groups)
+    bench.history.reset.click()  # nothing changed at step 0: the whole program again
+    pic = bench.graph_panel.picture
+    assert set(g.focus["ids"]) <= set(pic.nodes.groups) | set(pic.node_values)
+    assert set(pic.nodes.groups) & set(g.focus["ids"])
 
 
 def test_show_refuses_a_mode_it_does_not_know(bench):

@@ -4,7 +4,9 @@ Buttons are clicked with ``Button.click()``; what each view shows is read back f
 widget. The engine's own answers are the reference: the widget must show them, not its own.
 """
 
+import html
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +18,7 @@ from workbench.core import hardware as hw
 from workbench.core.errors import WorkbenchError
 from workbench.core.strategies.named import suggested_axis
 from workbench.models import build
+from workbench.viz import collective_rows
 from workbench.widgets import Workbench, render
 from workbench.widgets.controls import OFFERED
 
@@ -251,8 +254,9 @@ def test_graph_controls(bench):
     bench.phases["backward"].value = False
     bench.phases["optimizer"].value = False
     assert bench.graph.svg != full and "optimizer" not in bench.graph.svg
-    bench.collapse.value = 0
-    assert bench.graph.svg.count('class="node') < full.count('class="node')
+    folded = bench.graph.svg
+    bench.collapse.value = None  # every op of the forward phase
+    assert bench.graph.svg.count('class="node') > folded.count('class="node')
 
 
 @pytest.mark.slow
@@ -297,3 +301,18 @@ def test_suggested_axes():
 def test_workbench_is_public():
     assert wb.Workbench is Workbench
     assert jax.device_count() == 8
+
+
+def test_collective_table_names_the_code_behind_each_row(program):
+    b = Workbench(program, mesh=MESH, schedule=[wb.BP("batch"), wb.MP("model")])
+    rows = collective_rows(b.session, hardware=b.hardware)
+    assert rows and any(r["code"] for r in rows)
+    table = b.table.value
+    heads = [h for h, _ in render.COLUMNS]
+    assert "code" in heads and "<th>code</th>" in table
+    assert sum(float(width.rstrip("%")) for _, width in render.COLUMNS) == pytest.approx(100)
+    # a narrow cell, short, with the whole lines (the user's and the library's) on hover
+    cells = re.findall(r'<td class="wb-clip wb-code" title="([^"]*)"><code>([^<]*)</code>', table)
+    assert len(cells) == len(rows)
+    for (title, text), r in zip(cells, rows, strict=True):
+        assert html.unescape(text) == r["code"] and html.unescape(title) == r["code_path"]

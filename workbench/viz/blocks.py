@@ -24,7 +24,9 @@ beside the folded rest (``layers 1–79 ×79``): one block seen in full, with it
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
+from itertools import pairwise
 
 from workbench.core.gcpause import without_gc
 from workbench.core.ir.program import Program
@@ -71,10 +73,12 @@ def op_layers(program: Program) -> dict[int, int]:
             layer[op.id] = PRE
         ahead.update(dict.fromkeys(op.results, max(a, *ws) if ws else a))
     # the rest: the first block their results reach (``POST`` past the last, ``PRE`` if none)
+    decided = set(layer)
     below: dict[int, int] = {}  # value -> the first block that reads what it feeds
     users_of = program.users
     for op in reversed(forward):
         k = layer.get(op.id)
+        anchor = k == PRE  # read a parameter of no block before any block: it holds its inputs
         d = min((below[r] for r in op.results if r in below), default=None)
         if k is None:
             a = max((ahead[v] for v in reads[op.id] if v in ahead), default=PRE)
@@ -88,10 +92,15 @@ def op_layers(program: Program) -> dict[int, int]:
                 users = [layer[u] for r in op.results for u in users_of[r] if u in layer]
                 k = min(users, default=PRE)
             layer[op.id] = k
-        first = k if op.id in layer and any(v in weight for v in reads[op.id]) else d
+        first = k if anchor or any(v in weight for v in reads[op.id]) else d
         for v in reads[op.id]:
             if first is not None:
                 below[v] = min(below.get(v, first), first)
+    made = {v: layer[op.id] for op in forward for v in op.results}
+    for op in forward:  # reaching no block (read by the backward pass only): with what it reads
+        if layer[op.id] == PRE and op.id not in decided:
+            layer[op.id] = max((made[v] for v in reads[op.id] if v in made), default=PRE)
+            made.update(dict.fromkeys(op.results, layer[op.id]))
     label = {v: layer[op.id] for op in forward for v in op.results}
     label.update(weight)
     cotangent: dict[int, int] = {}
@@ -222,3 +231,89 @@ def default_expand(program: Program) -> tuple[str, ...]:
     if program.anatomy().layers.blocks:
         return ("forward", "forward/layer0")
     return ("forward", "forward/pre")
+
+
+ROLE_TITLES = {
+    "parameter": "parameters",
+    "optimizer_state": "optimizer state",
+    "gradient": "gradients",
+    "data": "data",
+    "key": "random keys",
+}
+
+
+def io_groups(program: Program, nodes: Nodes, items: list[int], kind: str, budget: int) -> list:
+    """The title of the node each input (``kind="in"``, value ids) or output (``"out"``,
+    output indices) is drawn in when folding by blocks: None for one drawn by itself (an
+    op reading or making it is drawn one by one), else its role's group (``parameters``,
+    ``optimizer state``, ``data``; an output by the role it is returned in), split by layer
+    (``layer 3 parameters``) where a box of that layer alone reads or makes it. The anatomy
+    decides, never a name; a group of one is drawn by itself, and past ``budget`` nodes the
+    layers (then the values drawn by themselves) join their role's group."""
+    anatomy = program.anatomy()
+    owner: dict[int, int] = {}  # value -> the parameter it belongs to
+    for p in anatomy.parameters:
+        owner[p] = p
+        owner.update((v, p) for v in (*anatomy.state.get(p, ()), *anatomy.updates.get(p, ())))
+        for found in (anatomy.new_params, anatomy.gradients):
+            if p in found:
+                owner[found[p]] = p
+    block = {p: k for k, params in enumerate(anatomy.layers.blocks) for p in params}
+    key_of = {g.node: g.key for g in nodes.groups.values()}
+    alone, layered, coarse = [], [], []
+    for item in items:
+        v = item if kind == "in" else program.outputs[item]
+        if kind == "in":
+            touching = program.users[v]
+        else:
+            producer = program.values[v].producer
+            touching = () if producer is None else (producer,)
+        role = anatomy.role_of(v)
+        title = ROLE_TITLES.get(role, "other inputs" if kind == "in" else "other outputs")
+        k = block.get(owner.get(v))
+        mine = f"/layer{k}"
+        alone.append(any(nodes.is_drawn(o) for o in touching))
+        own = k is not None and any(
+            key_of.get(nodes.node_of[o], "").endswith(mine) for o in touching
+        )
+        layered.append(f"layer {k} {title}" if own else title)
+        coarse.append(title)
+    for split, by_itself in ((True, True), (False, True), (False, False)):
+        titles = [
+            None if by_itself and a else lay if split else c
+            for a, lay, c in zip(alone, layered, coarse)
+        ]
+        size = Counter(titles)
+        titles = [None if size[t] == 1 else t for t in titles]
+        if len(set(titles) - {None}) + titles.count(None) <= budget:
+            break
+    return titles
+
+
+def reading_order(program: Program, nodes: Nodes) -> list[tuple[str, str]]:
+    """Pairs of nodes to join with invisible edges so the folded program reads top to
+    bottom: each open phase's boxes in order (before the layers, the layers, after them);
+    each folded phase a rank below the previous phase's first node (the edges that would
+    place it are left out, see ``graph.py``), and the last phase also below the first
+    phase's last box: the backward box beside the layers, the optimizer's below them."""
+    by_key = {g.key: g.node for g in nodes.groups.values() if g.key}
+    first: dict[str, str] = {}
+    for o in nodes.drawn:
+        first.setdefault(program.ops[nodes.root[o]].phase, f"op{o}")
+    pairs, previous, last = [], None, None
+    for ph in PHASES:
+        if ph in by_key:
+            chain = [by_key[ph]]
+            if previous is not None:
+                pairs.append((previous, by_key[ph]))
+            if ph == PHASES[-1] and last is not None:
+                pairs.append((last, by_key[ph]))
+        else:
+            ks = sorted(int(k[len(ph) + 6 :]) for k in by_key if k[len(ph) + 6 :].isdigit())
+            keys = (f"{ph}/pre", f"{ph}/layers", *(f"{ph}/layer{k}" for k in ks), f"{ph}/post")
+            chain = [by_key[k] for k in keys if k in by_key]
+            pairs += pairwise(chain)
+        previous = chain[0] if chain else first.get(ph, previous)
+        if ph == PHASES[0] and chain:
+            last = chain[-1]
+    return pairs

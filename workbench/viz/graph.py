@@ -32,7 +32,7 @@ from workbench.core.layout.collectives import Collective
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.state import State
 from workbench.viz import style
-from workbench.viz.blocks import assign_blocks
+from workbench.viz.blocks import assign_blocks, io_groups, reading_order
 from workbench.viz.collapse import MAX_NODES, PHASES, Nodes, assign_nodes
 from workbench.viz.graph_attrs import GREY, Attributes
 
@@ -128,7 +128,8 @@ def graph_picture(
         nodes = assign_nodes(
             program, phases=phases, collapse=collapse, expand=expand, max_nodes=max_nodes
         )
-    return _Drawing(program, state, mesh, nodes, changed).draw(collectives, legend)
+    drawing = _Drawing(program, state, mesh, nodes, changed, blocks=collapse == "blocks")
+    return drawing.draw(collectives, legend)
 
 
 def to_svg(digraph: graphviz.Digraph) -> str:
@@ -179,12 +180,13 @@ def _bold_nodes(box: _Box) -> list[str]:
 class _Drawing(Attributes):
     """The data of one ``program_graph`` call; it lives only for that call."""
 
-    def __init__(self, program, state, mesh, nodes: Nodes, changed):
+    def __init__(self, program, state, mesh, nodes: Nodes, changed, blocks: bool = False):
         self.p, self.state, self.mesh, self.n = program, state, mesh, nodes
         self.sh = state.shardings
         self.colors = style.axis_colors(mesh)
         self.changed = frozenset(state.changed if changed is None else changed)
-        self.io: dict[str, tuple[str, str, list]] = {}  # node -> (kind, name prefix, members)
+        self.blocks = blocks
+        self.io: dict[str, tuple[str, str, list]] = {}  # node -> (kind, title, members)
         self.input_node = self._io_nodes(
             [(v, program.values[v].name) for v in program.inputs], "in"
         )
@@ -213,9 +215,14 @@ class _Drawing(Attributes):
 
     # -- which node a value leaves and enters -------------------------------------------------
     def _io_nodes(self, items: list[tuple[int, str]], kind: str) -> dict[int, str]:
+        """Inputs (outputs) by node: one by one, by role when folding by blocks (see
+        ``blocks.io_groups``), else by name prefix past ``IO_BUDGET``."""
         keys = {k: name for k, name in items}
-        if len(items) > IO_BUDGET:
-            keys = _name_prefixes(keys, IO_BUDGET)
+        if self.blocks:
+            titles = io_groups(self.p, self.n, list(keys), kind, IO_BUDGET)
+            keys = {k: name if t is None else t for (k, name), t in zip(items, titles)}
+        elif len(items) > IO_BUDGET:
+            keys = {k: f"{p}/…" for k, p in _name_prefixes(keys, IO_BUDGET).items()}
         members: dict[str, list] = {}
         for k, name in items:
             members.setdefault(keys[k], []).append((k, name))
@@ -318,7 +325,7 @@ class _Drawing(Attributes):
                 rankdir="TB",
                 newrank="true",  # ranks clusters robustly (dot 2.43 can fail without it)
                 ranksep="0.35",
-                nodesep="0.25",
+                nodesep="0.15" if self.blocks else "0.25",
                 fontname=FONT,
                 fontsize="10",
             ),
@@ -326,6 +333,7 @@ class _Drawing(Attributes):
             edge_attr=dict(fontname=FONT, fontsize="8", arrowsize="0.6"),
         )
         root = _Box()
+        self.order = reading_order(self.p, self.n) if self.blocks else []
         self._place_ops(root)
         used = {n for pair in (*self.edges, *self.routes) for n in pair}
         for node, (kind, prefix, members) in self.io.items():
@@ -346,12 +354,17 @@ class _Drawing(Attributes):
             edges.append((f"c{i}", dst, list(after.items())))
         edges += [(s, d, [(v, self.sh[v]) for v in vs]) for (s, d), vs in self.edges.items() if vs]
         if legend:
-            root.nodes.append(("legend", self._legend()))
+            root.nodes.append(("legend", self._legend(vertical=self.blocks)))
         root.emit(g)
+        if self.blocks:  # before the edges: dot keeps their direction where edges loop
+            for src, dst in self.order:
+                g.edge(src, dst, style="invis", weight="4")
         self.bold += _bold_nodes(root)
         value_elements: dict[int, list[str]] = {}
         for n, (src, dst, items) in enumerate(edges):
             attrs = self._edge_attrs(items)
+            if self.blocks and any(len(self.io.get(x, ((),) * 3)[2]) > 1 for x in (src, dst)):
+                attrs["label"] = ""  # a group's many values: its tooltip lists them
             self._edge(g, src, dst, dict(attrs, id=f"e{n}"))
             for v, _ in items:
                 value_elements.setdefault(v, []).append(f"e{n}")
@@ -387,15 +400,18 @@ class _Drawing(Attributes):
         ops = self.p.ops
         phases = {ops[self.n.root[o]].phase for o in self.n.drawn}
         phases |= {g.phase for g in self.n.groups.values()}
-        phase_box = {
+        folded = {g.phase for g in self.n.groups.values() if g.key == g.phase}
+        phase_box = {  # a frame per phase, but for a folded one: its box says it
             ph: root.box(
                 f"cluster_phase_{ph}", label=ph, style="dashed", color=GREY, fontcolor=GREY
             )
-            if len(phases) > 1
+            if len(phases) > 1 and ph not in folded
             else root
             for ph in phases
         }
-        for node, group in self.n.groups.items():
+        first = dict.fromkeys(n for pair in self.order for n in pair)  # dot reads in this order
+        rank = {n: i for i, n in enumerate(first)}
+        for node, group in sorted(self.n.groups.items(), key=lambda ng: rank.get(ng[0], len(rank))):
             phase_box[group.phase].nodes.append((node, self._group_attrs(group)))
             self.phase_of[node] = group.phase
         scope_ids: dict[tuple, int] = {}

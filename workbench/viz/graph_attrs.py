@@ -19,6 +19,7 @@ from workbench.viz import style
 LABEL_LINES = 2  # distinct shardings written on an edge carrying several values
 TOOLTIP_LINES = 12  # values listed in a tooltip
 GREY = "#7F7F7F"
+BOX_CHARS = 30  # a box's lines wrap past this many characters when folding by blocks
 
 
 def _esc(text: str) -> str:
@@ -35,6 +36,40 @@ def _short(op: Op) -> str:
     """``layer0/mlp/dot_general.1`` -> ``dot_general.1`` (with the primitive if the name hides it)."""
     short = op.name.rsplit("/", 1)[-1]
     return short if op.primitive in short else f"{short}\n{op.primitive}"
+
+
+def _pack(parts: list[str], sep: str, width: int) -> str:
+    """``parts`` joined by ``sep``, onto a new line wherever one would pass ``width``."""
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + len(sep) + len(part) > width:
+            lines[-1] += sep.rstrip()
+            lines.append(part)
+        else:
+            lines[-1] += sep + part
+    return "\n".join(lines)
+
+
+def text_width(text: str, size: float = 10) -> float:
+    """About how wide ``text`` is in Helvetica at ``size`` points (its longest line)."""
+    narrow, wide = set("fijlrtI.,:;/|!'()[] "), set("mwMW@%")
+
+    def em(c: str) -> float:
+        return 0.3 if c in narrow else 0.85 if c in wide else 0.68 if c.isupper() else 0.56
+
+    return size * max(sum(map(em, line)) for line in text.split("\n"))
+
+
+def _snug(kind: str, label: str, double: bool) -> dict[str, str]:
+    """A parallelogram (input) or ellipse (output) sized to its label (``fixedsize=shape``:
+    the label still counts against overlaps), with a gentler slant than dot's."""
+    w = text_width(label)
+    if kind == "in":
+        w, extra = w + 26, dict(shape="polygon", sides="4", skew="0.3")
+    else:
+        w, extra = 1.15 * w + 14, {}
+    w += 8 * double
+    return dict(extra, fixedsize="shape", width=f"{w / 72:.2f}", height="0.36" if double else "0.3")
 
 
 class Attributes:
@@ -100,8 +135,8 @@ class Attributes:
             tiled, partial = style.axes_of((self.sh[v],), self.mesh)
             kinds[(",".join(tiled) or "replicated") + style.reductions_text(partial)] += 1
         ranked = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))
-        parts = [f"{n} {kind}" for kind, n in ranked[:3]]
-        return ", ".join(parts) + (", …" if len(kinds) > 3 else "")
+        parts = [f"{n} {kind}" for kind, n in ranked[:3]] + ["…"] * (len(kinds) > 3)
+        return _pack(parts, ", ", BOX_CHARS) if self.blocks else ", ".join(parts)
 
     def _group_attrs(self, group) -> dict[str, str]:
         ops = self.p.ops
@@ -118,8 +153,9 @@ class Attributes:
         axes, reports = self._conflict_text(group.node)
         if reports:
             counts.append(f"conflict on {axes}")
-        title = head if head == group.phase else f"{head} · {group.phase}"
-        lines = [title, " · ".join(counts)]
+        framed = group.key.startswith(f"{group.phase}/")  # in its phase's frame, which says it
+        title = head if head == group.phase or framed else f"{head} · {group.phase}"
+        lines = [title, _pack(counts, " · ", BOX_CHARS) if self.blocks else " · ".join(counts)]
         if self.cross_in[group.node]:
             lines.append("in: " + self._crossing(self.cross_in[group.node]))
         if self.cross_out[group.node]:
@@ -145,11 +181,13 @@ class Attributes:
             penwidth="2.5" if bold else "1",
             **{"class": "wb-io"},
         )
-        if len(members) == 1 and members[0][1] == prefix:
-            return self._attrs(prefix, self._values_text(vids), **attrs)
-        noun = "inputs" if kind == "in" else "outputs"
-        label = f"{prefix}/…\n{len(members)} {noun}"
-        return self._attrs(label, self._values_text(vids), peripheries="2", **attrs)
+        label = members[0][1] if len(members) == 1 else f"{prefix} ×{len(members)}"
+        if len(members) > 1:
+            attrs["peripheries"] = "2"
+        if self.blocks:  # as narrow as the label: dot draws these shapes twice its width
+            attrs.update(_snug(kind, label, len(members) > 1))
+        tip = f"{label}\n{self._values_text(vids)}" if len(members) > 1 else self._values_text(vids)
+        return self._attrs(label, tip, **attrs)
 
     def _collective_attrs(self, cs: list[Collective]) -> dict[str, str]:
         total: dict[tuple, list[int]] = {}
@@ -200,14 +238,15 @@ class Attributes:
             **{"class": "wb-value"},
         )
 
-    def _legend(self) -> dict[str, str]:
+    def _legend(self, vertical: bool = False) -> dict[str, str]:
         cells = [
             f'<td><font color="{c}">━━ {a} ({self.mesh.axis_size(a)})</font></td>'
             for a, c in self.colors.items()
         ]
         cells.append(f'<td><font color="{style.REPLICATED}">━━ replicated</font></td>')
         cells.append("<td>╌╌ pending sum</td>")
-        row = "".join(cells)
-        return dict(
-            label=f'<<table border="0" cellspacing="2"><tr>{row}</tr></table>>', shape="plaintext"
-        )
+        if vertical:  # a column: narrow beside the folded program's inputs
+            rows = "".join("<tr>" + c.replace("<td>", '<td align="left">') + "</tr>" for c in cells)
+        else:
+            rows = f"<tr>{''.join(cells)}</tr>"
+        return dict(label=f'<<table border="0" cellspacing="2">{rows}</table>>', shape="plaintext")

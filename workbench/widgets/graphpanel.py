@@ -76,6 +76,8 @@ class GraphPanel:
         self.view.on("shown", lambda _: bench.show_held())
         self.why = w.HTML()
         self.why.add_class("wb-graph-why")
+        self.legend = w.HTML()  # folding by blocks: the colours' key, beside the drawing
+        self.legend.add_class("wb-graph-legend")
         self.box = panel(
             "graph",
             [
@@ -84,6 +86,7 @@ class GraphPanel:
                 ),
                 self.expand,
                 self.error,
+                self.legend,
                 self.view,
                 self.replay_step,
                 self.why,
@@ -119,7 +122,9 @@ class GraphPanel:
             expand=expand,
             phases=phases,
             layers=self.layers() if blocks else None,
+            legend=not blocks,  # its key above the drawing instead: the drawing stays narrow
         )
+        self.legend.value = render.axis_legend(s.mesh) if blocks else ""
         svg = to_svg(pic.digraph)
         self.view.folds = dict(pic.folds)
         self.view.svg = svg[svg.index("<svg") :]
@@ -212,11 +217,12 @@ def opening_expand(program) -> tuple[str, ...]:
 def focus_ids(picture) -> list[str]:
     """What the view fits on after a drawing: what the last step changed (ops drawn one by
     one first, then values, then the rest), or, when nothing changed (the opening, a step
-    that changed nothing), the folded boxes: the program's phases and blocks."""
+    that changed nothing), the folded boxes and the inputs and outputs: the whole program."""
 
     def rank(element: str) -> int:
         return 0 if element.startswith("op") else 1 if element.startswith("e") else 2
 
     if picture.changed:
         return sorted(picture.changed, key=rank)
-    return [e for e in picture.folds if e in picture.nodes.groups]
+    io = [n for n in picture.node_values if n.startswith(("in", "out"))]
+    return [e for e in picture.folds if e in picture.nodes.groups] + io

@@ -73,6 +73,7 @@ function render({ model, el: root }) {
       pz.zoom(zoom / base());
     }
     const view = windowOn(boxes, whole, s.width / zoom, s.height / zoom);
+    view.left = clearLeft(view.left);
     // screen = svg's corner + pan + zoom * drawing coordinates
     pz.pan({ x: s.left - svgBox.left - zoom * view.left, y: s.top - svgBox.top - zoom * view.top });
     root.dataset.view = [view.left, view.top, view.left + s.width / zoom, view.top + s.height / zoom]
@@ -105,6 +106,17 @@ function render({ model, el: root }) {
     }
     const keep = (x, lo, hi, size) => (hi - lo + 2 * PAD <= size ? (lo + hi - size) / 2 : Math.max(lo - PAD, Math.min(x, hi + PAD - size)));
     return { left: keep(left, whole.left, whole.right, w), top: keep(top, whole.top, whole.bottom, h) };
+  }
+
+  function clearLeft(left) {
+    // a window whose left edge runs through a node moves left until it shows that node whole
+    const nodes = [...svg.querySelectorAll("g.node")].map(drawingBox);
+    for (let i = 0; i < 50; i++) {
+      const cut = nodes.filter((b) => b.left < left && b.right > left);
+      if (!cut.length) break;
+      left = Math.min(...cut.map((b) => b.left)) - PAD;
+    }
+    return left;
   }
 
   function fitZoom(box, width, height) {

@@ -10,6 +10,7 @@ import html
 import traceback
 
 from workbench.core.units import format_bytes, format_seconds
+from workbench.viz import style
 
 ERROR_STYLE = "color:#b00020;white-space:pre-wrap;font-family:monospace"
 MUTED = "color:#666"
@@ -93,20 +94,22 @@ def conflicts(reports) -> str:
 
 
 COLUMNS = (  # the collective table's columns: header, width (fixed layout: the panel's width)
-    ("kind", "10%"),
-    ("value", "21%"),
+    ("kind", "9%"),
+    ("value", "18%"),
     ("axes", "7%"),
     ("bytes/device", "9%"),
     ("count", "5%"),
-    ("time", "8%"),
-    ("tactic", "12%"),
-    ("why", "28%"),
+    ("time", "7%"),
+    ("tactic", "11%"),
+    ("code", "14%"),
+    ("why", "20%"),
 )
 
 
 def collective_table(rows, limit: int = 200) -> str:
     """The collective plan as an HTML table (rows from ``viz.collective_rows``). Fixed
-    columns that fit the panel: long values and reasons wrap, and say all on hover."""
+    columns that fit the panel: long values and reasons wrap, and say all on hover; the
+    code column shows the user's line (and the library's) short, the whole lines on hover."""
     if not rows:
         return f'<span style="{MUTED}">No collectives: every device runs its part alone.</span>'
     cells = []
@@ -118,6 +121,8 @@ def collective_table(rows, limit: int = 200) -> str:
             f'<td>{esc(r["kind"])}</td><td title="{value}"><code>{value}</code></td>'
             f"<td>{esc(', '.join(r['axes']))}</td><td>{format_bytes(r['bytes'])}</td>"
             f"<td>{r['count']}</td><td>{seconds}</td><td>{esc(r['tactic'])}</td>"
+            f'<td class="wb-clip wb-code" title="{esc(r["code_path"])}">'
+            f"<code>{esc(r['code'])}</code></td>"
             f'<td title="{why}">{why}</td></tr>'
         )
     more = f'<p style="{MUTED}">… and {len(rows) - limit} more.</p>' if len(rows) > limit else ""
@@ -193,3 +198,12 @@ def collective_why(collectives, program) -> str:
     more = len(collectives) - 12
     tail = f"<li>… and {more} more</li>" if more > 0 else ""
     return f"<p><b>Why these collectives</b></p><ul>{''.join(rows)}{tail}</ul>"
+
+
+def axis_legend(mesh) -> str:
+    """The program graph's colours: one per mesh axis (its size), replicated, pending sum."""
+    colors = style.axis_colors(mesh)
+    items = [(c, f"━━ {a} ({mesh.axis_size(a)})") for a, c in colors.items()]
+    items += [(style.REPLICATED, "━━ replicated"), ("#333", "╌╌ pending sum")]
+    spans = "".join(f'<span style="color:{c};margin-right:12px">{esc(t)}</span>' for c, t in items)
+    return f'<div style="font-size:12px;line-height:1.6">{spans}</div>'
