@@ -19,10 +19,12 @@ import ipywidgets as w
 
 from workbench.core import hardware as presets
 from workbench.core.errors import WorkbenchError
+from workbench.core.estimate import check_overlap
 from workbench.core.gcpause import without_gc
 from workbench.core.io.export import to_json
 from workbench.core.ir.capture import capture
 from workbench.core.ir.program import Program
+from workbench.core.search.tree import Auto
 from workbench.core.session import Session
 from workbench.viz import (
     collective_rows,
@@ -96,10 +98,13 @@ class Workbench(w.VBox):
         auto_budget: int = 200,
         **kwargs,
     ):
+        hardware = presets.H100 if hardware is None else presets.resolve(hardware)
+        check_overlap(overlap)
         program = fn if isinstance(fn, Program) else capture(fn, *args, **kwargs)
         self.session = Session(program, mesh, schedule)
+        Auto(self.session.mesh.names[0], budget=auto_budget)  # the budget, checked as Auto does
         self.names = program.names()  # what the name fields offer (``controls.name_field``)
-        self.hardware = hardware or presets.H100
+        self.hardware = hardware
         self.overlap = overlap
         self.figures: dict = {}
         self._opening = True  # the first drawing holds its graph and charts back (``show_held``)
