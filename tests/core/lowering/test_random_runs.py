@@ -1,8 +1,8 @@
 """Random tactic sequences on the zoo's models and the third-party ones (Hugging Face Flax,
-Flax NNX and Linen, Equinox, Haiku: each drawn about twice a run), lowered explicitly and
+Flax NNX and Linen, Equinox, Haiku: each drawn about once a run), lowered explicitly and
 run on 8 virtual devices over meshes of one, two and three axes (one of size 1), compute
-what the unpartitioned programs compute: 200 generated cases a run, and one more pair for
-each third-party model added. The tactics applied are counted, so the test cannot pass by
+what the unpartitioned programs compute: 200 generated cases a run, and one more for each
+third-party model added. The tactics applied are counted, so the test cannot pass by
 having every tactic rejected."""
 
 import warnings
@@ -28,9 +28,9 @@ MESHES = [
 ]
 #: Zoo models weighted by how cheap they are to compile, so 200 cases stay within minutes.
 ZOO = ["mlp"] * 8 + ["gnn"] * 5 + ["cnn"] * 4 + ["lm"] * 2 + ["lm_scan"]
-#: Each third-party model drawn about twice in a run's cases.
-MODELS = ZOO * 9 + sorted(EXTERNAL) * 2
-CASES = 200 + 2 * (len(EXTERNAL) - 13)
+#: Each third-party model drawn about once in a run's cases (each costs a zoo MLP's ten).
+MODELS = ZOO * 9 + sorted(EXTERNAL)
+CASES = 200 + len(EXTERNAL) - 13
 CONFIGS = {
     "lm": lm.Config.preset("tiny", n_layers=1),
     "lm_scan": lm.Config.preset("tiny", n_layers=2),
@@ -110,7 +110,7 @@ def test_random_schedules_run_and_match():
 
     case()
     check_tally(tally)
-    assert tally["third-party"] >= len(EXTERNAL) // 2, f"too few third-party cases: {tally}"
+    assert tally["third-party"] >= len(EXTERNAL) // 3, f"too few third-party cases: {tally}"
 
 
 def test_the_tally_fails_a_run_that_applied_too_little():
