@@ -164,7 +164,6 @@ def _sharding_constraint_rule(params, operands, results):
     return pointwise(operands, results, linear=((0,),), structural=True)
 
 
-
 @register(
     "reshard",
     cost=free,
