@@ -143,38 +143,23 @@ def _integer_pow_cost(params, operands, results):
 register("integer_pow", cost=_integer_pow_cost, fusion=LOOP)(_pointwise_rule)
 
 
+# a user's ``with_sharding_constraint``, and JAX's explicit ``reshard`` (which ``auto_axes``
+# and ``explicit_axes`` lower to): the identity on values. Per device each is the identity:
+# the plan already holds its target (``io.imports`` reads it into the schedule), and its
+# mesh is global
+@register(
+    "sharding_constraint",
+    "reshard",
+    cost=free,
+    fusion=VANISHES,
+    local=as_it_is,
+    traits=Traits(transparent=True, constraint=True),
+)
 @register("copy", cost=moves, fusion=LOOP, traits=Traits(transparent=True))
 @register("copy_p", cost=moves, fusion=CHEAP, traits=Traits(transparent=True))
 @register("name", cost=free, fusion=RENAME, traits=Traits(transparent=True, tag="name"))
 @register("stop_gradient", cost=free, fusion=RENAME)
 def _identity_rule(params, operands, results):
-    return pointwise(operands, results, linear=((0,),), structural=True)
-
-
-@register(
-    "sharding_constraint",
-    cost=free,
-    fusion=VANISHES,
-    # per device, a user's constraint is the identity: the plan already holds it (``io.imports``
-    # reads it into the schedule) and its mesh is global
-    local=as_it_is,
-    traits=Traits(transparent=True, constraint=True),
-)
-def _sharding_constraint_rule(params, operands, results):
-    return pointwise(operands, results, linear=((0,),), structural=True)
-
-
-@register(
-    "reshard",
-    cost=free,
-    fusion=VANISHES,
-    # JAX's explicit sharding (``jax.sharding.reshard``; ``auto_axes`` and ``explicit_axes``
-    # lower to it): the identity on values, a change of the type's layout. Per device the
-    # plan already holds its target (``io.imports`` reads it), so it is the identity there
-    local=as_it_is,
-    traits=Traits(transparent=True, constraint=True),
-)
-def _reshard_rule(params, operands, results):
     return pointwise(operands, results, linear=((0,),), structural=True)
 
 
