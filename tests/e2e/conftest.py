@@ -427,6 +427,21 @@ def _wait_phase(page, phase: str, timeout_s: float, what: str) -> None:
         time.sleep(0.5)
 
 
+def write_and_run(page, lab_server: LabServer, notebook: str, cells: list[str]) -> dict:
+    """Write ``cells`` as a Python 3 notebook named ``notebook`` into the server's root, then
+    open it and run every cell (``open_and_run_all``)."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, lab_server.root_dir / notebook)
+    return open_and_run_all(page, lab_server.url, notebook)
+
+
 def open_and_run_all(page, url: str, notebook: str, timeout_s: float = RUN_ALL_TIMEOUT_S) -> dict:
     """Open ``notebook`` (a path under the server's root) in JupyterLab at ``url``, wait for its
     kernel, run all cells and wait until they have finished. Fails on an error in any cell

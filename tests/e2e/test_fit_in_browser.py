@@ -6,16 +6,15 @@ shows the session."""
 
 from __future__ import annotations
 
-import nbformat
 import pytest
 
 from .conftest import (
     click,
     click_strategy,
     graph_view,
-    open_and_run_all,
     wait_for_workbench,
     wait_settled,
+    write_and_run,
 )
 from .conftest import workbench as root_of
 
@@ -120,14 +119,7 @@ def check_session_shown(state: dict, when: str) -> None:
 
 def test_fit_in_browser(lab_server, browser_page, page_log):
     page = browser_page
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nbformat.write(nb, lab_server.root_dir / NOTEBOOK)
-    open_and_run_all(page, lab_server.url, NOTEBOOK)
+    write_and_run(page, lab_server, NOTEBOOK, CELLS)
     wait_for_workbench(page)
     wait_settled(page)
     root_of(page).locator(".js-plotly-plot").first.wait_for(timeout=60_000)

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import time
 
-import nbformat
 import pytest
 
 import workbench as wb
 from workbench.models import build
 
-from .conftest import graph_labels, open_and_run_all, wait_for_workbench, wait_settled, workbench
+from .conftest import graph_labels, wait_for_workbench, wait_settled, workbench, write_and_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -69,14 +68,7 @@ def _wait(predicate, timeout_s: float = 60, what: str = "") -> float:
 
 def test_graph_in_browser(lab_server, browser_page, page_log, tmp_path):
     page = browser_page
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nbformat.write(nb, lab_server.root_dir / NOTEBOOK)
-    open_and_run_all(page, lab_server.url, NOTEBOOK)
+    write_and_run(page, lab_server, NOTEBOOK, CELLS)
     wait_for_workbench(page)
     wait_settled(page)
     panel = _panel(page)
