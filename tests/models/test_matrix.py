@@ -137,6 +137,9 @@ SP_EXCEPTIONS = {
     "before fc1): the sequence merges with the data-tiled batch, so only the attention blocks "
     "reduce-scatter out",
     "haiku_lm": "Haiku's attention reshapes its heads inside the projection module; MP conflicts",
+    "hf_bert": "post-LN: the first block's input is the embeddings' layer norm, computed whole as "
+    "under MP, so it needs no gather; the q/k/v cotangents are summed outside the block, so its "
+    "backward reduce-scatters each",
 }
 
 

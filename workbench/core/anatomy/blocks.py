@@ -1,8 +1,8 @@
 """Block interiors: the ops of attention and MLP blocks, forward and backward, from dataflow.
 
-Sequence parallelism keeps the residual stream split on the sequence and gathers it where
-a block starts; it needs to know which ops are *inside* a block. From the anatomy's
-projections alone:
+Sequence parallelism keeps the residual stream split on the sequence, a block's input
+whole (gathered where it is made) and reduce-scatters what a block returns; it needs to
+know which ops are *inside* a block. From the anatomy's projections alone:
 
 - forward: the ops on a path from a block's input (what an up projection reads) to its
   down projection's result, both projections included;
@@ -142,23 +142,17 @@ def crossing(program, inside: frozenset[int]) -> list[int]:
 
 
 def residual_stream(anatomy, inside: frozenset[int]) -> list[int]:
-    """The forward values blocks read and return to: the sums a block's result is added
-    to, and what those sums feed a block with (its normalised input)."""
+    """The forward values a block's result is added to outside the blocks (the residual
+    sums), less those a block reads itself: a block's input is not the stream's to split."""
     program = anatomy.program
-    values, ops = program.values, program.ops
+    ops = program.ops
     returned = {r for o in inside if ops[o].phase == "forward" for r in ops[o].results}
-    sums = [
+    read = set(crossing(program, inside))
+    return [
         r
         for op in ops
         if op.phase == "forward" and op.id not in inside and not op.regions
         and any(v in returned for v in op.operands if isinstance(v, int))
         for r in op.results
+        if r not in read
     ]  # fmt: skip
-    entering = [
-        v
-        for v in crossing(program, inside)
-        if values[v].producer is not None
-        and ops[values[v].producer].phase == "forward"
-        and values[v].producer not in inside
-    ]
-    return list(dict.fromkeys((*sums, *entering)))

@@ -72,6 +72,8 @@ class Planner:
         the next gathers it again rather than hold it in between, as FSDP and Megatron's
         sequence parallelism do (and as a loop does: each pass over the layers gathers its
         own). So the gathered weights of a layer are not all live at the turn of the step.
+        A value gathered into the layout the state decided for it (made split, kept whole)
+        is that value: it serves every phase.
         """
         if dst is None or not isinstance(v, int):
             return None
@@ -93,7 +95,8 @@ class Planner:
                 best = (cost, s, steps, held.copy)
         _, src, steps, src_copy = best
         gathers = any(st.kind == "all-gather" for st in steps)
-        copy = self.add(v, dst, phase if gathers else None)
+        own = dst == as_layout(self.state.shardings[v])  # the state's layout serves every phase
+        copy = self.add(v, dst, phase if gathers and not own else None)
         if steps:
             self.redistributed.add(v)
         self.record(v, steps, consumer)

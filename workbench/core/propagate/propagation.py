@@ -6,8 +6,10 @@ name the same factor, the axis spreads to every tensor carrying that factor (and
 contracted factor leaves the results pending a reduction); if they name different
 factors, the op is a *conflict*: recorded, and nothing is guessed. With no tile on the
 axis, a pending sum flows on through ops linear in it, as long as the value has no other
-use (where it forks it is reduced once) and the result is no larger in bytes. Decisions only ever add:
-a later tactic never overrides an earlier one. The worklist runs to a fixed point.
+use (where it forks it is reduced once, unless every other use reads it tiled on the axis
+and the result is at most half its size) and the result is no larger in bytes. Decisions
+only ever add: a later tactic never overrides an earlier one. The worklist runs to a
+fixed point.
 """
 
 from __future__ import annotations
@@ -178,12 +180,20 @@ class Propagator:
         while queue:
             o = queue.popleft()
             queued.discard(o)
-            for v in self.visit(o, axis):
+            written = self.visit(o, axis)
+            for v in written:
                 writes += 1
                 for n in users[v] + writers[v]:
                     if n not in queued:
                         queued.add(n)
                         queue.append(n)
+            if written:  # o may now read a pending operand tiled: its other uses may pass it
+                for v in self.index[o].tensors[: self.index[o].n_in]:
+                    if v >= 0 and len(users[v]) > 1 and self.sh[v].reduction_of(axis) == "sum":
+                        for n in users[v]:
+                            if n != o and n not in queued:
+                                queued.add(n)
+                                queue.append(n)
         return writes
 
     def settle(self, first_axis: str | None = None) -> None:
@@ -343,11 +353,21 @@ class Propagator:
         if not ok:
             return []
         # a value used more than once (or returned) is reduced once where it forks: passing
-        # the pending sum along one use would only add a second reduction further on
+        # the pending sum along one use would only add a second reduction further on; unless
+        # every other use reads it tiled on the axis (a reduce-scatter, never whole) and the
+        # result is at most half its size (Megatron's sequence parallelism: a layer norm's
+        # bias gradient beside the reduce-scattered cotangent)
         users = self.program.users
-        if any(len(users[ix.tensors[t]]) != 1 or ix.tensors[t] in self.outputs for t in tensors):
-            return []
         smallest = min(self.nbytes[ix.tensors[t]] for t in tensors)
+        forks = [ix.tensors[t] for t in tensors if len(users[ix.tensors[t]]) != 1]
+        if any(ix.tensors[t] in self.outputs for t in tensors) or (
+            forks
+            and not all(self.reads_tiled(u, v, axis) for v in forks for u in users[v] if u != o)
+        ):
+            return []
+        made = [self.nbytes[r] for r in ix.tensors[ix.n_in :] if r >= 0]
+        if forks and 2 * max(made, default=0) > smallest:
+            return []
         source = ix.tensors[partial_in[0][0]]
         written = []
         for t in range(ix.n_in, ix.n_in + len(m.results)):
@@ -360,6 +380,29 @@ class Propagator:
             self.make_partial(vid, axis, kind, op=o, source=source)
             written.append(vid)
         return written
+
+    def reads_tiled(self, o: int, vid: int, axis: str) -> bool:
+        """Whether op ``o`` reads ``vid`` tiled on ``axis``: another of its tensors is tiled on
+        it along a factor ``vid`` carries."""
+        ix = self.index[o]
+        carried = {
+            f for t in range(ix.n_in) if ix.tensors[t] == vid for fs in ix.dims[t] for f in fs
+        }
+        for t, v in enumerate(ix.tensors):
+            if v < 0 or v == vid or axis in self.sh[v].atomic:
+                continue
+            s = self.sh[v]
+            d = s.dim_of(axis)
+            walked = (
+                None
+                if d is None
+                else walk_axes(ix.dims[t][d], ix.mapping.sizes, s.dims[d], self.axis_size)
+            )
+            if walked and any(
+                a == axis and f in carried for a, (f, _) in zip(s.dims[d], walked[0])
+            ):
+                return True
+        return False
 
     def conflict(self, o, axis, claims, reason) -> None:
         if (o, axis) in self.conflicts:

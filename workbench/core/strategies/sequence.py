@@ -1,5 +1,8 @@
-"""Sequence parallelism outside attention and MLP: ``SP`` tiles the residual stream on its
-sequence dim; each block gathers its input and its sum is reduce-scattered back."""
+"""Sequence parallelism outside attention and MLP (Korthikanti et al. 2022, "Reducing
+Activation Recomputation in Large Transformer Models"): ``SP`` splits the residual stream on
+its sequence dim. After ``MP`` on the same axis it is Megatron's scheme: each of MP's
+all-reduces becomes a reduce-scatter onto the stream and an all-gather of a block's input,
+for the same bytes and the layer norms' and stream's activations split t ways."""
 
 from __future__ import annotations
 
@@ -16,12 +19,17 @@ from workbench.core.strategies.roles import roles
 @register(axes="model", place=6)
 @dataclass(frozen=True, slots=True)
 class SP(Tactic):
-    """Sequence parallelism outside attention and MLP: the residual stream tiled on its
-    sequence dim over ``axis``. Every activation crossing into or out of a block's interior
-    (forward and backward; ``ir.blocks``) is atomic on the axis, so each block gathers its
-    input and the sum it returns is reduce-scattered back onto the stream; those entering a
-    block are tiled like the stream (in the backward pass, the cotangents). ``stream``
-    selects the stream's values and ``dim`` their sequence dim, overriding the anatomy."""
+    """Sequence parallelism outside attention and MLP: the residual sums tiled on their
+    sequence dim over ``axis``, and through them the layer norms, forward and backward.
+
+    Each value crossing into a block (``anatomy.blocks``: its normalised input in the
+    forward pass, the stream's cotangent in the backward) is frozen whole on the axis: it
+    is all-gathered once where it is made and serves every projection of the block, and
+    the forward input its weight gradients too. What a block returns, a sum pending on the
+    axis after ``MP`` (its result; its input's cotangent), is reduce-scattered where the
+    stream reads it; a layer norm's bias gradient keeps the sum pending into the gradient's
+    reduction. ``stream`` selects the values to tile and ``dim`` their sequence dim,
+    overriding the anatomy."""
 
     axis: str
     stream: str | None = None
@@ -43,7 +51,7 @@ class SP(Tactic):
         boundary = crossing(program, inside)
         if self.stream is not None:
             stream = matches(program, self.stream)
-        else:  # what a block's result is added to (the residual sums) and the blocks' inputs
+        else:  # the residual sums (a block's input is kept whole, gathered where it is made)
             stream = residual_stream(view, inside)
         seq = view.sequence_class
         if not stream or (self.dim is None and seq is None):
@@ -51,15 +59,11 @@ class SP(Tactic):
                 f"{self}: the workbench sees no residual stream with a sequence dimension in "
                 f"{program.name} (program.anatomy() shows what it sees); pass stream= and dim=."
             )
-        out = [Atomic(names_of(program, boundary), self.axis)] if boundary else []
-        shapes = {program.values[v].shape for v in stream}
-        entering = [
-            v
-            for v in boundary
-            if program.values[v].shape in shapes
-            and program.values[v].producer not in inside
-            and not state.shardings[v].uses(self.axis)
-        ]
+        # a block's sum (pending on the axis, from MP) is reduce-scattered where it is read:
+        # left unfrozen, so a use that only reduces it further (a layer norm's bias gradient)
+        # carries the pending sum on beside the reduce-scattered uses
+        frozen = [v for v in boundary if state.shardings[v].reduction_of(self.axis) is None]
+        out = [Atomic(names_of(program, frozen), self.axis)] if frozen else []
 
         def dim_of(v):
             if self.dim is not None:
@@ -67,5 +71,5 @@ class SP(Tactic):
             dims = view.classes.dims_of(v, len(program.values[v].shape))
             return dims.index(seq) if seq in dims else None
 
-        picks = [(v, dim_of(v)) for v in dict.fromkeys((*stream, *entering))]
+        picks = [(v, dim_of(v)) for v in dict.fromkeys(stream)]
         return out + by_dim(program, mesh, state, self.axis, picks, "sequence")
