@@ -1,5 +1,6 @@
 """Pure functions from core objects to pictures: the program graph, device grids, charts
-of the simulator's estimates, the collective plan and what the workbench sees in a program.
+of the simulator's estimates, the collective plan, what the workbench sees in a program,
+and the course's pictures (a ring all-reduce, the roofline, an overlap timeline).
 
 Nothing here holds state or imports widgets; see README.md.
 """
@@ -24,8 +25,11 @@ from workbench.viz.replay import (
     replay_frames,
     value_elements,
 )
+from workbench.viz.ring import ring_allreduce, ring_frames
+from workbench.viz.roofline import attainable, ridge, roofline
 from workbench.viz.style import PALETTE, REPLICATED, axis_colors, partial_note
 from workbench.viz.table import collective_rows, collective_table
+from workbench.viz.timeline import overlap_timeline, timeline_segments
 
 __all__ = [
     "PALETTE",
@@ -33,6 +37,7 @@ __all__ = [
     "Picture",
     "anatomy_html",
     "anatomy_rows",
+    "attainable",
     "axis_colors",
     "collective_rows",
     "collective_table",
@@ -48,12 +53,18 @@ __all__ = [
     "find_value",
     "graph_picture",
     "memory_breakdown",
+    "overlap_timeline",
     "partial_note",
     "program_graph",
     "replay_frames",
+    "ridge",
+    "ring_allreduce",
+    "ring_frames",
+    "roofline",
     "schedule_estimates",
     "schedule_labels",
     "time_breakdown",
+    "timeline_segments",
     "to_svg",
     "value_elements",
 ]

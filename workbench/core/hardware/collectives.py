@@ -21,11 +21,36 @@ import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from workbench.core.errors import InputError, given
 from workbench.core.hardware.levels import KINDS, HardwareError, Link
 from workbench.core.layout.mesh import Mesh
+from workbench.core.layout.redistribute import wire_bytes
 
 if TYPE_CHECKING:
     from workbench.core.hardware.spec import Hardware
+
+
+def ring_all_reduce_steps(n: int, nbytes: float = 1.0) -> list[dict]:
+    """The 2(n-1) steps of a ring all-reduce of ``nbytes`` per device over ``n`` devices, the
+    array cut into n chunks: in step k of the reduce-scatter half device i sends its running
+    sum of chunk (i - k) mod n to device i+1 (after it, device i holds chunk (i + 1) mod n
+    summed); in the all-gather half the summed chunks travel on round the ring. One dict per
+    step: ``phase``, ``step`` (1-based within the phase), ``sends`` (``(source, target,
+    chunk)``, one per device) and ``bytes`` (what each device sends in the step)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise InputError(
+            f"n={given(n)} devices cannot form a ring; give an int of 2 or more, e.g. 4."
+        )
+    ok = isinstance(nbytes, int | float) and not isinstance(nbytes, bool)
+    if not ok or not math.isfinite(nbytes) or nbytes <= 0:
+        raise InputError(f"nbytes={given(nbytes)}: give the positive bytes per device.")
+    per_step = wire_bytes("all-reduce", nbytes, n) / (2 * (n - 1))
+    steps = []
+    for phase, shift in (("reduce-scatter", 0), ("all-gather", 1)):
+        for k in range(n - 1):
+            sends = [(i, (i + 1) % n, (i + shift - k) % n) for i in range(n)]
+            steps.append({"phase": phase, "step": k + 1, "sends": sends, "bytes": per_step})
+    return steps
 
 
 def all_gather_time(out_bytes: float, n: int, bandwidth: float, latency: float) -> float:
