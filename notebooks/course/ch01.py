@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-import numbers
 
 import workbench as wb
 from workbench.core.units import format_bytes
 
 from .common import (
     CheckFailed,
+    call,
     data_inputs,
     gradients,
     no_conflicts,
@@ -106,15 +106,7 @@ def dp_allreduce_bytes(formula) -> None:
             planned = _gradient_allreduce_bytes(program, n)
             model = f"{n_params:,} parameters of {nbytes} bytes"
             what = f"{model} on {n} devices"
-            try:
-                mine = formula(n_params, nbytes, n)
-            except Exception as e:
-                raise CheckFailed(f"your function raised {e!r} for {what}.") from None
-            unanswered(mine, "a function that returns the bytes (it returned None)")
-            require(
-                isinstance(mine, numbers.Real) and math.isfinite(mine),
-                f"for {what} your function returned {mine!r}; return a number of bytes.",
-            )
+            mine = call(formula, n_params, nbytes, n, what=what)
             rows.append((model, what, mine, planned))
     for model, what, mine, planned in rows:
         if math.isclose(mine, planned, rel_tol=1e-6):

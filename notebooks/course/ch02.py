@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import math
-import numbers
 from collections import Counter
 
 import workbench as wb
 from workbench.core.units import format_bytes
 
 from .common import (
-    CheckFailed,
+    call,
     no_conflicts,
     ok,
     phase,
@@ -143,15 +142,7 @@ def megatron_allreduce_bytes(formula) -> None:
             f"batch={cfg.batch}, seq_len={cfg.seq_len}, d_model={cfg.d_model} in {cfg.dtype} "
             f"({dtype_bytes} bytes)"
         )
-        try:
-            mine = formula(cfg.batch, cfg.seq_len, cfg.d_model, dtype_bytes)
-        except Exception as e:
-            raise CheckFailed(f"your function raised {e!r} for {what}.") from None
-        unanswered(mine, "a function that returns the bytes (it returned None)")
-        require(
-            isinstance(mine, numbers.Real) and math.isfinite(mine),
-            f"for {what} your function returned {mine!r}; return a number of bytes.",
-        )
+        mine = call(formula, cfg.batch, cfg.seq_len, cfg.d_model, dtype_bytes, what=what)
         require(
             math.isclose(mine, planned, rel_tol=1e-9),
             f"for {what} you give {mine:,.0f} bytes, which is not the size of the plan's "

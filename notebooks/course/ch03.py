@@ -9,7 +9,7 @@ import workbench as wb
 from workbench.core.units import format_bytes
 
 from .common import (
-    CheckFailed,
+    call,
     close,
     data_inputs,
     matrices,
@@ -52,15 +52,7 @@ def zero_formula(program, formula, stage: str = "ZeRO-2", axis: str = "data") ->
     P, rows = n_params(program), []
     for n in (2, 4, 8):
         got = model_state(wb.Session(program, wb.Mesh({axis: n}), zero_schedule(stage, axis)))
-        try:
-            mine = formula(P, n)
-        except Exception as e:
-            raise CheckFailed(f"your formula raised {e!r} for P={P}, N={n}.") from None
-        unanswered(mine, f"a function that returns the bytes per device of {stage}")
-        require(
-            isinstance(mine, int | float),
-            f"your formula returned {mine!r} for N={n}; return a number of bytes.",
-        )
+        mine = call(formula, P, n, what=f"P={P}, N={n}")
         rows.append((n, mine, got))
         require(
             close(mine, got, 0.05),

@@ -9,7 +9,7 @@ import numpy as np
 
 import workbench as wb
 
-from .common import CheckFailed, ok, phase, require
+from .common import call, ok, phase, require
 
 #: The sizes 5.1 is tried on besides the notebook's: (config overrides of the tiny LM, mesh).
 SIZES = (
@@ -32,20 +32,6 @@ def attention_allreduces(session) -> list:
     ]
 
 
-def _call(fn, args) -> float:
-    __tracebackhide__ = True
-    try:
-        got = fn(*args)
-    except Exception as e:  # the learner's code: say what it raised
-        raise CheckFailed(f"your function raised {type(e).__name__}: {e}") from None
-    require(
-        got is not None and got is not ...,
-        "your function returns nothing yet: replace the ... with the code that computes it.",
-    )
-    require(isinstance(got, int | float), f"your function returned {got!r}; return a number.")
-    return got
-
-
 def _inputs(session) -> tuple:
     """(batch, seq, d_model, itemsize, mesh) of the program's attention output."""
     cs = attention_allreduces(session)
@@ -58,7 +44,7 @@ def _inputs(session) -> tuple:
 def _judge(fn, session, where: str) -> tuple[int, list]:
     __tracebackhide__ = True
     args, cs = _inputs(session)
-    got = _call(fn, args)
+    got = call(fn, *args)
     batch, seq, d_model, itemsize, mesh = args
     dims = f"batch={batch}, seq={seq}, d_model={d_model}, itemsize={itemsize}, mesh={mesh}"
     wrong = [c for c in cs if got != c.bytes]
@@ -135,7 +121,7 @@ def xla_count(fn, session, hlo, xla_hlo) -> None:
     kinds = [("all-reduce", ("batch",)), ("all-reduce", ("model",)), ("all-gather", ("model",))]
     for where, h in cases:
         for kind, axes in kinds:
-            got = _call(fn, (h, kind, axes))
+            got = call(fn, h, kind, axes)
             require(
                 got == runs(h, kind, axes),
                 f"on {where}, your count of {kind}s over {axes} is {got!r}, not what the "

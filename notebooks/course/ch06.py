@@ -5,7 +5,8 @@ from __future__ import annotations
 import workbench as wb
 from workbench.core.units import format_bytes
 
-from .common import CheckFailed, close, no_conflicts, ok, require, session, unanswered
+from .common import call, close, ok, require, unanswered
+from .common import fits as fits  # the memory exercises' check
 
 #: The sizes 6.2 is tried on besides the notebook's config: (tiny LM overrides, t).
 SIZES = (
@@ -13,20 +14,6 @@ SIZES = (
     ({}, 4),
     (dict(d_model=64, n_heads=8, d_ff=128, n_layers=3), 8),
 )
-
-
-def fits(program, mesh, schedule, hardware) -> None:
-    """Exercises 6.1 and 6.3: the reader's schedule fits the device's memory."""
-    s = session(program, mesh, schedule)
-    no_conflicts(s)
-    m = s.estimate(hardware).memory
-    parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in m.at_peak.items() if v)
-    require(
-        m.fits,
-        f"peak {format_bytes(m.peak)} per device, over the {format_bytes(m.capacity)} "
-        f"available ({parts}). Which category is largest, and which tactic divides it?",
-    )
-    ok(f"peak {format_bytes(m.peak)} of {format_bytes(m.capacity)} per device ({parts})")
 
 
 def engine_state_bytes(cfg, t: int) -> int:
@@ -51,17 +38,7 @@ def model_state(fn, cfg) -> None:
     mixed = dict(dtype=cfg.dtype, master_weights=cfg.master_weights)
     cases = [(cfg, 4)] + [(lm.Config.preset("tiny", **mixed, **o), t) for o, t in SIZES]
     for c, t in cases:
-        try:
-            got = fn(c, t)
-        except Exception as e:  # the learner's code: say what it raised
-            raise CheckFailed(
-                f"model_state_bytes(cfg, {t}) raised {type(e).__name__}: {e}"
-            ) from None
-        require(
-            got is not None and got is not ...,
-            "your function returns nothing yet: replace the ... with the bytes it computes.",
-        )
-        require(isinstance(got, int | float), f"your function returned {got!r}; a number.")
+        got = call(fn, c, t, what=f"model_state_bytes(cfg, {t})")
         want = engine_state_bytes(c, t)
         require(
             close(got, want, 0.05),

@@ -12,7 +12,7 @@ import numpy as np
 import workbench as wb
 from workbench.core.hardware import PRESETS
 
-from .common import CheckFailed, ok, require, unanswered
+from .common import CheckFailed, call, ok, require, unanswered
 
 #: the accelerator presets (the host CPU has no bfloat16 rate of its own)
 ACCELERATORS = [h for h in PRESETS.values() if "bfloat16" in h.flops]
@@ -67,7 +67,7 @@ def critical_intensity(fn) -> None:
     unanswered(None if fn is ... else fn, "a function of a Hardware spec")
     require(callable(fn), f"critical_intensity should be a function; got {fn!r}.")
     for h in ACCELERATORS:
-        got, want = _call(fn, h), h.peak_flops("bfloat16") / h.hbm_bandwidth
+        got, want = call(fn, h), h.peak_flops("bfloat16") / h.hbm_bandwidth
         require(
             isinstance(got, int | float) and math.isclose(got, want, rel_tol=0.01),
             f"on {h.name} your function gives {got!r} FLOPs per byte. The ridge of the "
@@ -78,11 +78,11 @@ def critical_intensity(fn) -> None:
     h = ACCELERATORS[0]
     faster = dataclasses.replace(h, hbm_bandwidth=2 * h.hbm_bandwidth)
     require(
-        math.isclose(_call(fn, faster), _call(fn, h) / 2, rel_tol=0.01),
+        math.isclose(call(fn, faster), call(fn, h) / 2, rel_tol=0.01),
         "doubling the memory bandwidth should halve the critical intensity (twice the bytes "
         "per second: half the FLOPs per byte are needed to keep the chip busy); yours does not.",
     )
-    names = ", ".join(f"{h.name} {_call(fn, h):.0f}" for h in ACCELERATORS)
+    names = ", ".join(f"{h.name} {call(fn, h):.0f}" for h in ACCELERATORS)
     ok(f"critical intensities in FLOPs per byte: {names}")
 
 
@@ -94,7 +94,7 @@ def dp_critical_tokens(fn, programs, hardware) -> None:
     unanswered(None if fn is ... else fn, "a function of (hardware, n, dtype)")
     require(callable(fn), f"dp_critical_tokens should be a function; got {fn!r}.")
     hw = wb.hardware.resolve(hardware)
-    base = _call(fn, hw, 8, "bfloat16")
+    base = call(fn, hw, 8, "bfloat16")
     require(
         isinstance(base, int | float) and base > 0,
         f"dp_critical_tokens({hw.name}, 8, 'bfloat16') gave {base!r}; it should be a positive "
@@ -102,19 +102,19 @@ def dp_critical_tokens(fn, programs, hardware) -> None:
     )
     fast = dataclasses.replace(hw, links=(dataclasses.replace(hw.links[0], bandwidth=2 * hw.links[0].bandwidth), *hw.links[1:]))  # fmt: skip
     require(
-        math.isclose(_call(fn, fast, 8, "bfloat16"), base / 2, rel_tol=0.02),
+        math.isclose(call(fn, fast, 8, "bfloat16"), base / 2, rel_tol=0.02),
         "with twice the link bandwidth the all-reduce takes half as long, so half the tokens "
         "per device should hide it; your function does not halve. Which link does a ring "
         "inside one node use (hardware.links[0])?",
     )
-    two = _call(fn, hw, 2, "bfloat16")
+    two = call(fn, hw, 2, "bfloat16")
     require(
         math.isclose(base / two, (7 / 8) / (1 / 2), rel_tol=0.02),
         f"your value for 2 devices is {two:.0f} and for 8 is {base:.0f}. A ring all-reduce "
         "sends a share of the bytes that depends on the ring's size: reread the ring formula "
         "(workbench/core/hardware/collectives.py).",
     )
-    f32 = _call(fn, hw, 8, "float32")
+    f32 = call(fn, hw, 8, "float32")
     require(
         math.isclose(f32, base, rel_tol=0.02),
         f"in float32 your function gives {f32:.0f} against {base:.0f} in bfloat16. Both the "
@@ -154,12 +154,3 @@ def own_critical_tokens(answer, program, hardware) -> None:
         f"the simulator crosses over at {m['crossing']:.0f} tokens per device and you said "
         f"{answer:.0f}: below that, the gradient all-reduce cannot hide behind the matmuls"
     )
-
-
-def _call(fn, *args):
-    try:
-        return fn(*args)
-    except CheckFailed:
-        raise
-    except Exception as e:  # the learner's code: report what it raised, as a hint
-        raise CheckFailed(f"your function raised {type(e).__name__}: {e}") from None

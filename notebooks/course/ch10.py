@@ -6,7 +6,8 @@ import workbench as wb
 from workbench.core import hardware as hw
 from workbench.core.units import format_bytes
 
-from .common import no_conflicts, ok, require, session, unanswered
+from .common import fits as fits  # the memory exercises' check
+from .common import ok, require, unanswered
 
 
 def saved_bytes(s: wb.Session) -> int:
@@ -73,17 +74,3 @@ def policy_within(make_step, args, mesh, policy, budget: int, max_flops: float) 
         "it recomputes too much. Which ops are expensive to redo but cheap to keep?",
     )
     ok(f"keeps {format_bytes(saved)} (budget {format_bytes(budget)}), {e.flops:.3g} flops")
-
-
-def fits(program, mesh, schedule, hardware) -> None:
-    """Exercise 10.3: the reader's schedule fits the device's memory."""
-    s = session(program, mesh, schedule)
-    no_conflicts(s)
-    m = s.estimate(hardware).memory
-    parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in m.at_peak.items() if v)
-    require(
-        m.fits,
-        f"peak {format_bytes(m.peak)} per device, over the {format_bytes(m.capacity)} "
-        f"available ({parts}). Which category is largest, and which tactic divides it?",
-    )
-    ok(f"peak {format_bytes(m.peak)} of {format_bytes(m.capacity)} per device ({parts})")

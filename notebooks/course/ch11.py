@@ -8,7 +8,7 @@ import math
 import workbench as wb
 from workbench.core.units import format_seconds
 
-from .common import CheckFailed, no_conflicts, ok, require, session, unanswered
+from .common import CheckFailed, call, no_conflicts, ok, require, session, unanswered
 
 #: Under "prefetch" a strategy's communication hides when at least this share of the shorter of
 #: compute and communication comes off the step.
@@ -35,12 +35,7 @@ def full_overlap(sessions: dict, formula) -> None:
     for spec in (hw.H100, _slow_links(hw.H100)):
         for name, s in sessions.items():
             e = s.estimate(spec, overlap="full")
-            try:
-                mine = formula(e.compute_s, e.communication_s)
-            except Exception as err:
-                raise CheckFailed(
-                    f"your function raised {err!r} for {name} on {spec.name}."
-                ) from None
+            mine = call(formula, e.compute_s, e.communication_s, what=f"{name} on {spec.name}")
             require(
                 isinstance(mine, int | float) and math.isclose(mine, e.step_s, rel_tol=1e-6),
                 f"{name} on {spec.name}: compute {format_seconds(e.compute_s)}, communication "

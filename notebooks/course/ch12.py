@@ -7,7 +7,7 @@ import math
 import workbench as wb
 from workbench.core.units import format_bytes
 
-from .common import CheckFailed, close, data_inputs, ok, require, unanswered
+from .common import call, close, data_inputs, ok, require, unanswered
 
 
 def _split(program, axis: str, n: int) -> wb.Session:
@@ -21,14 +21,6 @@ def _batch(program, mesh, s=None) -> tuple[int, int]:
     shape = program.value(name).shape
     local = shape if s is None else s.sharding(name).local_shape(mesh)
     return math.prod(shape[: dim + 1]), local[dim]
-
-
-def _call(f, *args):
-    __tracebackhide__ = True
-    try:
-        return f(*args)
-    except Exception as e:
-        raise CheckFailed(f"your function raised {e!r} for {args}.") from None
 
 
 def accumulation(programs: dict, global_batch, activations, axis: str = "data") -> None:
@@ -47,7 +39,7 @@ def accumulation(programs: dict, global_batch, activations, axis: str = "data") 
         for dp in (2, 4, 8):
             s = _split(program, axis, dp)
             total, micro = _batch(program, s.mesh, s)
-            mine = _call(global_batch, micro, k, dp)
+            mine = call(global_batch, micro, k, dp)
             require(
                 mine == total,
                 f"k={k} micro-batches of {micro} examples per device on {dp} devices: your "
@@ -55,7 +47,7 @@ def accumulation(programs: dict, global_batch, activations, axis: str = "data") 
                 "Count who sees which examples before the one optimizer update.",
             )
             got = s.estimate(hw.H100).memory.at_peak["activations"]
-            act = _call(activations, per_example, micro)
+            act = call(activations, per_example, micro)
             require(
                 isinstance(act, int | float) and close(act, got, 0.1),
                 f"k={k}, {dp} devices: your activations give {format_bytes(act)}, the engine "

@@ -4,16 +4,20 @@ learner's tactics, and the roles of a program's values read from its anatomy."""
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 
 import workbench as wb
+from workbench.core.units import format_bytes
 
 __all__ = [
     "CheckFailed",
     "as_list",
     "blocks",
+    "call",
     "close",
     "data_inputs",
+    "fits",
     "gradients",
     "matrices",
     "no_conflicts",
@@ -48,6 +52,43 @@ def unanswered(answer, what: str) -> None:
     __tracebackhide__ = True
     if answer is ... or answer is None:
         raise CheckFailed(f"not answered yet: replace the ... in the cell above with {what}.")
+
+
+def call(fn, *args, what: str = "", number: bool = True):
+    """What the learner's function returns for ``args``; a hint instead of a traceback when it
+    raises, returns nothing yet, or (``number``) returns something other than a number."""
+    __tracebackhide__ = True
+    where = f" for {what}" if what else ""
+    try:
+        got = fn(*args)
+    except CheckFailed:
+        raise
+    except Exception as e:  # the learner's code: say what it raised
+        raise CheckFailed(f"your function raised {type(e).__name__}: {e}{where}.") from None
+    require(
+        got is not None and got is not ...,
+        "your function returns nothing yet: replace the ... with the code that computes it.",
+    )
+    if number:
+        real = isinstance(got, numbers.Real) and not isinstance(got, bool)
+        require(
+            real and math.isfinite(got), f"your function returned {got!r}{where}; return a number."
+        )
+    return got
+
+
+def fits(program, mesh, schedule, hardware) -> None:
+    """The reader's schedule fits the device's memory (exercises 6.1, 6.3 and 10.3)."""
+    s = session(program, mesh, schedule)
+    no_conflicts(s)
+    m = s.estimate(hardware).memory
+    parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in m.at_peak.items() if v)
+    require(
+        m.fits,
+        f"peak {format_bytes(m.peak)} per device, over the {format_bytes(m.capacity)} "
+        f"available ({parts}). Which category is largest, and which tactic divides it?",
+    )
+    ok(f"peak {format_bytes(m.peak)} of {format_bytes(m.capacity)} per device ({parts})")
 
 
 def close(got: float, expected: float, rel: float) -> bool:

@@ -71,12 +71,7 @@ def time_breakdown(estimate: Estimate) -> go.Figure:
             annotation_text=f"overlapped {format_seconds(hidden)}",
             annotation_position="bottom left",
         )
-    fig.add_vline(
-        x=e.step_s,
-        line=dict(color="black", dash="dash", width=1.5),
-        annotation_text=f"step {format_seconds(e.step_s)}",
-        annotation_position="top right",
-    )
+    step_line(fig, e.step_s)
     fig.update_layout(barmode="overlay", height=280, showlegend=True)
     fig.update_xaxes(
         title_text="time per step", range=[0, e.step_s * 1.04] if e.step_s else None, **TIME_AXIS
@@ -186,6 +181,16 @@ def schedule_labels(session, steps: Iterable[int] | None = None) -> list[str]:
             text = text[: LABEL_CHARS - 1] + "…"
         labels.append(f"{i} · {text}")
     return labels
+
+
+def step_line(fig: go.Figure, step_s: float) -> None:
+    """A dashed line at the step's end, labelled with its time."""
+    fig.add_vline(
+        x=step_s,
+        line=dict(color="black", dash="dash", width=1.5),
+        annotation_text=f"step {format_seconds(step_s)}",
+        annotation_position="top right",
+    )
 
 
 def overlap_text(overlap) -> str:

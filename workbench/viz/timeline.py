@@ -27,7 +27,7 @@ from workbench.core.estimate.communication import Communication
 from workbench.core.hardware.names import resolve
 from workbench.core.layout.collectives import KINDS
 from workbench.core.units import format_seconds
-from workbench.viz.charts import TIME_AXIS, _finish, overlap_text
+from workbench.viz.charts import TIME_AXIS, _finish, overlap_text, step_line
 from workbench.viz.style import COMPUTE, KIND_COLORS
 
 PHASES = ("forward", "backward", "optimizer")
@@ -111,12 +111,7 @@ def overlap_timeline(session, hardware=None, overlap="prefetch") -> go.Figure:
                 hovertemplate=f"{name}: %{{customdata}}<extra></extra>",
             )
         )
-    fig.add_vline(
-        x=e.step_s,
-        line=dict(color="black", dash="dash", width=1.5),
-        annotation_text=f"step {format_seconds(e.step_s)}",
-        annotation_position="top right",
-    )
+    step_line(fig, e.step_s)
     fig.update_layout(barmode="overlay", height=300, showlegend=True)
     fig.update_xaxes(title_text="time per step", range=[0, e.step_s * 1.04 or 1], **TIME_AXIS)
     fig.update_yaxes(categoryorder="array", categoryarray=["communication", "compute"])
