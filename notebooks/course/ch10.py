@@ -6,8 +6,8 @@ import workbench as wb
 from workbench.core import hardware as hw
 from workbench.core.units import format_bytes
 
+from .common import call, ok, require, unanswered
 from .common import fits as fits  # the memory exercises' check
-from .common import ok, require, unanswered
 
 
 def saved_bytes(s: wb.Session) -> int:
@@ -30,7 +30,8 @@ def _bp(program, devices: int) -> wb.Session:
 def kept_by_blocks(formula, make_step, abstract_args, configs, policy) -> None:
     """Exercise 10.1: the bytes per device that full recomputation keeps for the blocks, as
     a function of the config and the devices the batch is split over, on several sizes."""
-    unanswered(formula if formula is None else formula(configs[0][0], configs[0][1]), "a formula")
+    unanswered(None if formula is ... else formula, "a function of (cfg, devices)")
+    require(callable(formula), f"expected a function of (cfg, devices); got {formula!r}.")
     for cfg, devices in configs:
         saved = []
         for layers in (cfg.n_layers, 1):
@@ -39,16 +40,18 @@ def kept_by_blocks(formula, make_step, abstract_args, configs, policy) -> None:
                 saved_bytes(_bp(wb.capture(make_step(policy), *abstract_args(c)), devices))
             )
         expected = (saved[0] - saved[1]) * cfg.n_layers // (cfg.n_layers - 1)
-        got = formula(cfg, devices)
         size = (
             f"batch {cfg.batch} over {devices} devices, seq_len {cfg.seq_len}, "
             f"d_model {cfg.d_model}, d_ff {cfg.d_ff}, {cfg.n_layers} layers"
         )
+        got = call(formula, cfg, devices, what=size)
+        number = isinstance(got, int | float)
+        side = "not" if not number else "more than" if got > expected else "less than"
         require(
-            isinstance(got, int | float) and got == expected,
-            f"for {size} you said {got!r} bytes; the blocks keep {format_bytes(expected)} per "
-            "device. Hint: jax.checkpoint keeps only the inputs of the function it wraps; what "
-            "is a block's input, what shape and dtype, and which dim does BP split?",
+            number and got == expected,
+            f"for {size} you said {got!r} bytes: {side} what the blocks keep per device. "
+            "Hint: jax.checkpoint keeps only the inputs of the function it wraps; what is a "
+            "block's input, what shape and dtype, and which dim does BP split?",
         )
     ok(f"your formula matches the blocks' saved bytes on {len(configs)} sizes")
 
