@@ -8,17 +8,25 @@ from workbench.core.estimate.communication import CollectiveEstimate
 from workbench.core.estimate.compute import OpEstimate
 from workbench.core.estimate.memory import CATEGORIES, Memory, donations
 from workbench.core.estimate.overlap import OVERLAPS, check_overlap, overlapped
+from workbench.core.estimate.pipeline import SCHEDULES, Schedule, Work, schedule
 from workbench.core.estimate.step import Estimate, estimate
+from workbench.core.estimate.timeline import Timeline, simulate
 
 __all__ = [
     "CATEGORIES",
     "OVERLAPS",
+    "SCHEDULES",
     "CollectiveEstimate",
     "Estimate",
     "Memory",
     "OpEstimate",
+    "Schedule",
+    "Timeline",
+    "Work",
     "check_overlap",
     "donations",
     "estimate",
     "overlapped",
+    "schedule",
+    "simulate",
 ]
