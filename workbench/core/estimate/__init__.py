@@ -9,6 +9,7 @@ from workbench.core.estimate.compute import OpEstimate
 from workbench.core.estimate.memory import CATEGORIES, Memory, donations
 from workbench.core.estimate.overlap import OVERLAPS, check_overlap, overlapped
 from workbench.core.estimate.pipeline import SCHEDULES, Schedule, Work, schedule
+from workbench.core.estimate.pipelined import PipelineEstimate, price_pipeline
 from workbench.core.estimate.step import Estimate, estimate
 from workbench.core.estimate.timeline import Timeline, simulate
 
@@ -20,6 +21,7 @@ __all__ = [
     "Estimate",
     "Memory",
     "OpEstimate",
+    "PipelineEstimate",
     "Schedule",
     "Timeline",
     "Work",
@@ -27,6 +29,7 @@ __all__ = [
     "donations",
     "estimate",
     "overlapped",
+    "price_pipeline",
     "schedule",
     "simulate",
 ]

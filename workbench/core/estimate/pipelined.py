@@ -1,0 +1,302 @@
+"""A pipeline priced: stage cuts, a schedule and the simulator's op prices -> a timeline.
+
+`price_pipeline(program, stages, microbatches, hardware, schedule=, ...)` cuts the step
+(`anatomy.stages.stage_cuts`), prices every op of the unpartitioned program on one device
+(`Compute`: the roofline plus `op_overhead` per kernel, and the transposed operand copies)
+and adds up each stage's forward, backward and optimizer ops. One microbatch: an op that
+touches the batch dimension takes its roofline / M and its kernel's whole overhead; one
+that does not (a cast of a weight) runs whole on every microbatch. An approximation: a
+kernel at 1/M of the work runs at the same rate (no slower small kernels). Ops under a
+loop whose iterations the stages split count on each stage by its share of the blocks.
+
+Zero-bubble splits a stage's backward into B (the input gradient) and W (the weight
+gradient): W is the backward ops whose results flow only into parameter gradients
+(`anatomy.gradients`), found from the last backward op up; a loop's backward stays in B.
+
+Point-to-point: one microbatch's boundary bytes (a value with the batch dimension / M)
+over the link between neighbouring stages, stage s on device s: the innermost level
+whose group holds both (`permute_time`). Step: the timeline's makespan plus the slowest
+stage's optimizer (it runs once, after the flush). Memory per stage: model state (its
+parameters, their optimizer state, the gradients its optimizer ops read; a tied parameter
+counts on every stage holding it) + peak in flight x the activations its backward reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.core.anatomy.stages import StageCuts, stage_cuts
+from workbench.core.errors import InputError, given
+from workbench.core.estimate.compute import Compute
+from workbench.core.estimate.overlap import check_overlap
+from workbench.core.estimate.pipeline import Schedule
+from workbench.core.estimate.pipeline import schedule as build_schedule
+from workbench.core.estimate.timeline import Timeline, simulate
+from workbench.core.hardware.collectives import permute_time
+from workbench.core.hardware.names import resolve
+from workbench.core.layout.mesh import Mesh
+from workbench.core.layout.state import State
+from workbench.core.plan.plan import build_plan
+
+STATE = ("parameters", "gradients", "optimizer")
+
+
+@dataclass(frozen=True)
+class PipelineEstimate:
+    """One pipelined step, per stage (seconds; bytes).
+
+    ``forward``/``backward``/``weight``: one microbatch's F, B and W (W is 0 unless the
+    schedule splits the backward, then B is the input gradient alone); ``p2p``: one
+    send per link s -> s+1; ``optimizer``: once per step; ``state``: model state by
+    category; ``activations``: one microbatch's bytes the backward reads; ``peak``: state
+    + peak in flight x activations."""
+
+    hardware: str
+    schedule: Schedule
+    cuts: StageCuts
+    timeline: Timeline
+    forward: tuple[float, ...]
+    backward: tuple[float, ...]
+    weight: tuple[float, ...]
+    p2p: tuple[float, ...]
+    links: tuple[str, ...]
+    optimizer: tuple[float, ...]
+    state: tuple[dict[str, int], ...]
+    activations: tuple[int, ...]
+    peak: tuple[int, ...]
+
+    @property
+    def step_s(self) -> float:
+        return self.timeline.makespan + max(self.optimizer, default=0.0)
+
+    @property
+    def bubble_s(self) -> float:
+        """Seconds the stages stand idle in the pipelined part, added over the stages."""
+        return self.timeline.bubble
+
+    @property
+    def bubble_share(self) -> float:
+        return self.timeline.bubble_share
+
+    def __str__(self) -> str:
+        s = self.schedule
+        rows = [
+            f"{s.kind} pipeline on {self.hardware}: S={s.stages} M={s.microbatches}: step "
+            f"{self.step_s:.4g} s, bubble {self.bubble_s:.4g} s (share {self.bubble_share:.3f})"
+        ]
+        for i in range(s.stages):
+            rows.append(
+                f"  stage {i}: F {self.forward[i]:.3g} s, B {self.backward[i]:.3g} s, W "
+                f"{self.weight[i]:.3g} s, optimizer {self.optimizer[i]:.3g} s, peak "
+                f"{self.peak[i] / 2**20:.4g} MiB"
+            )
+        return "\n".join(rows)
+
+
+def price_pipeline(
+    program,
+    stages: int,
+    microbatches: int,
+    hardware,
+    *,
+    schedule: str = "1f1b",
+    virtual_stages: int = 1,
+    layers=None,
+    overlap="none",
+) -> PipelineEstimate:
+    """Price ``program``'s step as a pipeline (see the module docstring). ``overlap``:
+    "none" (each send delays its reader), "full" (sends hide) or the fraction that hides.
+    ``layers``: where stages start (`stage_cuts`)."""
+    hw = resolve(hardware)
+    overlap = check_overlap(overlap)
+    if overlap == "prefetch":
+        raise InputError(
+            "overlap='prefetch' hides gathers of weights and gradient reductions, which a "
+            "pipeline's sends are not; give 'none', 'full' or a fraction in [0, 1]"
+        )
+    batch = _batch(program)
+    whole = isinstance(microbatches, int) and not isinstance(microbatches, bool)
+    if whole and microbatches >= 1 and batch % microbatches:
+        fits = [m for m in range(1, batch + 1) if batch % m == 0]
+        raise InputError(
+            f"microbatches={microbatches} does not divide the batch of {batch} "
+            f"({program.name!r}'s data inputs); give one of {fits}"
+        )
+    sched = build_schedule(schedule, stages, microbatches, virtual_stages)
+    if virtual_stages != 1:
+        raise InputError(
+            f"virtual_stages={given(virtual_stages)}: pricing model chunks is not done yet; "
+            "give virtual_stages=1 (schedules 'gpipe', '1f1b', 'zero-bubble')"
+        )
+    cuts = stage_cuts(program, stages, layers=layers)
+    priced = _Priced(program, hw, cuts, microbatches)
+    split = sched.split_backward
+    fwd, bwd, wgt, opt = [], [], [], []
+    for st in cuts.stages:
+        f, b, w, o = priced.stage_times(st)
+        fwd.append(f)
+        bwd.append(b if split else b + w)
+        wgt.append(w if split else 0.0)
+        opt.append(o)
+    hide = {"none": 0.0, "full": 1.0}.get(overlap, overlap)
+    links, p2p = priced.sends(stages)
+    timeline = simulate(sched, fwd, bwd, wgt, [t * (1 - hide) for t in p2p] or 0.0)
+    state = [priced.model_state(st) for st in cuts.stages]
+    acts = [priced.activation_bytes(st) for st in cuts.stages]
+    peak = tuple(
+        sum(state[s].values()) + round(timeline.peak_in_flight[s] * acts[s]) for s in range(stages)
+    )
+    return PipelineEstimate(
+        hw.name, sched, cuts, timeline, tuple(fwd), tuple(bwd), tuple(wgt), tuple(p2p),
+        tuple(links), tuple(opt), tuple(state), tuple(acts), peak,
+    )  # fmt: skip
+
+
+def _batch(program) -> int:
+    """The batch size: the batch dimension of the program's data inputs."""
+    sizes = {program.values[v].shape[d] for v, d in program.anatomy().data if d is not None}
+    if len(sizes) != 1:
+        raise InputError(
+            f"{program.name!r} has data inputs with batch sizes {sorted(sizes) or 'none'}; a "
+            "pipeline splits one batch dimension into microbatches. program.anatomy().report() "
+            "shows what the workbench sees; correct it with wb.Role if it is wrong"
+        )
+    return sizes.pop()
+
+
+class _Priced:
+    """The program's ops priced on one device, and what a stage reads of them."""
+
+    def __init__(self, program, hw, cuts: StageCuts, microbatches: int):
+        self.program, self.hw, self.cuts, self.M = program, hw, cuts, microbatches
+        mesh = Mesh({"d": 1})
+        state = State.initial(program)
+        compute = Compute(program, mesh, state, build_plan(program, mesh, state), hw)
+        self.categories = compute.static.categories
+        anatomy = program.anatomy()
+        self.anatomy = anatomy
+        dims, batch = anatomy.classes, anatomy.batch_class
+        values = program.values
+        self.batched = {  # values with the batch dimension: 1/M of them per microbatch
+            v.id for v in values if batch is not None and batch in dims.dims_of(v.id, len(v.shape))
+        }
+        self.time: dict[int, tuple[float, float]] = {}  # op -> (scaled s, whole s) per step
+        for e in compute.op_estimates():
+            over = hw.op_overhead if e.kernel else 0.0
+            self._add(e.op, e.seconds - over, over, e.count)
+        for o_id, ks in compute.static.copies:  # transposed operand copies, with their op
+            for k in ks:
+                read, written = compute.copy_bytes(o_id, k)
+                rate = compute.copy_rate(o_id, k, read)
+                repeats = compute.plan.ops[o_id].repeats
+                self._add(o_id, (read + written) / rate, hw.op_overhead, repeats)
+        self.top = list(range(len(program.ops)))
+        for op in program.walk():
+            if op.parent is not None:
+                self.top[op.id] = self.top[op.parent]
+        self.n_blocks = sum(len(s.blocks) for s in cuts.stages)
+        self.weight_ops = self._weight_ops()
+
+    def _add(self, op_id: int, roofline: float, over: float, count: int) -> None:
+        op = self.program.ops[op_id]
+        tensors = [v for v in (*op.operands, *op.results) if isinstance(v, int)]
+        scaled = any(v in self.batched for v in tensors)
+        per_mb = roofline / self.M if scaled else roofline
+        s, w = self.time.get(op_id, (0.0, 0.0))
+        self.time[op_id] = (s + count * (per_mb + over), w + count * (roofline + over))
+
+    def _weight_ops(self) -> set[int]:
+        """Top-level backward ops whose results lack the batch dimension and flow only into
+        parameter gradients (x^T dy and what sums or casts it; dx keeps the batch)."""
+        p, gradients = self.program, set(self.anatomy.gradients.values())
+        w: set[int] = set()
+        for o in reversed(p.body):
+            op = p.ops[o]
+            if op.phase != "backward" or op.regions or not op.results:
+                continue
+            if all(
+                r not in self.batched
+                and (r in gradients or p.users[r])
+                and all(self.top[u] in w or p.ops[u].phase == "optimizer" for u in p.users[r])
+                for r in op.results
+            ):
+                w.add(o)
+        return w
+
+    def stage_times(self, st) -> tuple[float, float, float, float]:
+        """One microbatch's F, B (input gradient), W seconds, and the optimizer's per step."""
+        share = len(st.blocks) / self.n_blocks
+        f = b = w = o = 0.0
+        for ops, looped in ((st.forward + st.backward + st.optimizer, 1.0),
+                            (self.cuts.looped, share)):  # fmt: skip
+            for op_id in ops:
+                per_mb, whole = self.time.get(op_id, (0.0, 0.0))
+                phase = self.program.ops[self.top[op_id]].phase
+                if phase == "forward":
+                    f += per_mb * looped
+                elif phase == "optimizer":
+                    o += whole * looped
+                elif self.top[op_id] in self.weight_ops:
+                    w += per_mb * looped
+                else:
+                    b += per_mb * looped
+        o += sum(self.time.get(op_id, (0.0, 0.0))[1] for op_id, _ in self.cuts.unplaced)
+        return f, b, w, o
+
+    def nbytes_per_mb(self, v: int) -> float:
+        n = self.program.values[v].nbytes
+        return n / self.M if v in self.batched else n
+
+    def sends(self, stages: int) -> tuple[list[str], list[float]]:
+        """Per link s -> s+1: the level it runs on and one microbatch's send."""
+        names, times = [], []
+        groups = self.hw.group_devices
+        for b in self.cuts.boundaries:
+            s = b.after
+            level = next(
+                (i for i, g in enumerate(groups) if g is None or s // g == (s + 1) // g),
+                len(groups) - 1,
+            )
+            link = self.hw.links[level]
+            bw, lat = link.figures_for("collective-permute")
+            nbytes = sum(self.nbytes_per_mb(v) for v in b.values)
+            names.append(link.name)
+            times.append(permute_time(nbytes, bw, lat) if nbytes else 0.0)
+        return names, times
+
+    def model_state(self, st) -> dict[str, int]:
+        """Parameters, their optimizer state, and the gradients the stage's optimizer reads."""
+        p, cat = self.program, self.categories
+        out = dict.fromkeys(STATE, 0)
+        for q in st.parameters:
+            out["parameters"] += p.values[q].nbytes
+            out["optimizer"] += sum(p.values[x].nbytes for x in self.anatomy.state.get(q, ()))
+        owned = {x for q in self.anatomy.parameters for x in self.anatomy.state.get(q, ())}
+        out["optimizer"] += sum(  # a step counter: each stage keeps its own
+            p.values[x].nbytes for x in self.anatomy.optimizer_state if x not in owned
+        )
+        looped = [o for o in self.cuts.looped if p.ops[o].phase == "optimizer"]
+        grads = {
+            v
+            for o in (*st.optimizer, *looped)
+            for v in p.ops[o].operands
+            if isinstance(v, int) and cat[v] == "gradients"
+        }
+        out["gradients"] = sum(p.values[v].nbytes for v in grads)
+        return out
+
+    def activation_bytes(self, st) -> int:
+        """One microbatch's bytes the stage's backward ops read of what the forward saved."""
+        p, cat = self.program, self.categories
+        share = len(st.blocks) / self.n_blocks
+        total = 0.0
+        for ops, part in ((st.backward, 1.0), (self.cuts.looped, share)):
+            read = {
+                v
+                for o in ops
+                if o == self.top[o] and p.ops[o].phase == "backward"
+                for v in p.ops[o].operands
+                if isinstance(v, int) and cat[v] == "activations"
+            }
+            total += part * sum(self.nbytes_per_mb(v) for v in read)
+        return round(total)
