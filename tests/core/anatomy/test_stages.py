@@ -112,7 +112,7 @@ def test_scanned_lm_splits_the_loop_iterations(stages):
 
 
 @pytest.mark.parametrize(
-    "model", ["nnx_lm", "eqx_lm", pytest.param("hf_gpt2", marks=pytest.mark.slow)]
+    "model", ["nnx_lm", *(pytest.param(m, marks=pytest.mark.slow) for m in ("eqx_lm", "hf_gpt2"))]
 )
 def test_third_party_models_cut_in_two(model):
     from tests.models.programs import program as external

@@ -120,6 +120,7 @@ def test_model_state_adds_up_to_the_whole(size, S):
     assert sum(st["optimizer"] for st in e.state) - extra == total["optimizer"]
 
 
+@pytest.mark.slow  # captures a Flax NNX model (seconds)
 def test_third_party_model_prices_in_two():
     from tests.models.programs import program as external
 
