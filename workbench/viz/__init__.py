@@ -17,6 +17,7 @@ from workbench.viz.charts import (
 )
 from workbench.viz.graph import Picture, graph_picture, program_graph, to_svg
 from workbench.viz.grid import device_blocks, device_grid, device_grid_text
+from workbench.viz.pipeline import pipeline_memory, pipeline_timeline
 from workbench.viz.replay import (
     event_elements,
     event_frames,
@@ -55,6 +56,8 @@ __all__ = [
     "memory_breakdown",
     "overlap_timeline",
     "partial_note",
+    "pipeline_memory",
+    "pipeline_timeline",
     "program_graph",
     "replay_frames",
     "ridge",
