@@ -206,10 +206,7 @@ class _Cut:
 
     def __init__(self, program, anatomy):
         self.program, self.anatomy = program, anatomy
-        self.top = list(range(len(program.ops)))  # per op, the top-level op it sits in
-        for op in program.walk():
-            if op.parent is not None:
-                self.top[op.id] = self.top[op.parent]
+        self.top = program.top_level  # per op, the top-level op it sits in
         self.ops, self.values = program.ops, program.values
         self.origin = anatomy.layers.origin
         self.level: dict[int, int] = {}  # top-level op -> level

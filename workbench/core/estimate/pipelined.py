@@ -190,10 +190,7 @@ class _Priced:
                 rate = compute.copy_rate(o_id, k, read)
                 repeats = compute.plan.ops[o_id].repeats
                 self._add(o_id, (read + written) / rate, hw.op_overhead, repeats)
-        self.top = list(range(len(program.ops)))
-        for op in program.walk():
-            if op.parent is not None:
-                self.top[op.id] = self.top[op.parent]
+        self.top = program.top_level
         self.n_blocks = sum(len(s.blocks) for s in cuts.stages)
         self.weight_ops = self._weight_ops()
 

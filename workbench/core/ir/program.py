@@ -230,6 +230,16 @@ class Program:
                     writers[v].append(op.id)
         return tuple(tuple(w) for w in writers)
 
+    @cached_property
+    def top_level(self) -> tuple[int, ...]:
+        """Per op, the top-level op it sits in (itself at top level): a loop or branch for
+        the ops of its regions."""
+        top = list(range(len(self.ops)))
+        for op in self.walk():
+            if op.parent is not None:
+                top[op.id] = top[op.parent]
+        return tuple(top)
+
     def neighbours(self, value_id: int) -> tuple[int, ...]:
         return self.users[value_id] + self.writers[value_id]
 
