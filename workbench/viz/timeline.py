@@ -14,8 +14,9 @@ the phase using it; a gradient's reduction: the backward pass), packed in order 
 the hidden span, and the exposed groups after that span. Where an exposed collective falls
 inside the step is not in the estimate; the picture says so rather than guess.
 
-"prefetch" says which collectives hide (``Communication.hidden``); "full" and a fraction say only
-how much: the groups are then hidden in order of need until that much is hidden.
+"prefetch" says which collectives hide (``CollectiveEstimate.hidden``); "full" and a
+fraction say only how much: the groups are then hidden in order of need until that much is
+hidden.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from workbench.core.errors import InputError, given
-from workbench.core.estimate.communication import Communication
 from workbench.core.hardware.names import resolve
 from workbench.core.layout.collectives import KINDS
 from workbench.core.units import format_seconds
@@ -65,7 +65,7 @@ def timeline_segments(session, hardware=None, overlap="prefetch") -> list[dict]:
             at += compute[phase]
 
     groups = _groups(e, program)
-    hides = _hiding(session, hw, e, groups)
+    hides = _hiding(e, groups)
     hidden_s = sum(g["seconds"] for g, h in zip(groups, hides) if h)
     end_hidden = max(e.compute_s, hidden_s)
     placed = _pack(
@@ -151,12 +151,12 @@ def _groups(e, program) -> list[dict]:
     return [groups[k] for k in sorted(groups) if groups[k]["seconds"] > 0]
 
 
-def _hiding(session, hw, e, groups) -> list[bool]:
-    """Per group, whether it hides: by `Communication.hidden` under "prefetch" (a group whose
-    collectives split is cut in two: see `_split`), else in order until the policy's amount."""
+def _hiding(e, groups) -> list[bool]:
+    """Per group, whether it hides: under "prefetch" as the estimate says of each collective
+    (a group whose collectives split is cut in two: see `_split`), else in order until the
+    policy's amount."""
     if e.overlap == "prefetch":
-        comm = Communication(session.program, session.mesh, session.state, session.plan(), hw)
-        _split(groups, comm.hidden)
+        _split(groups)
         return [g["hidden"] for g in groups]
     amount = e.compute_s + e.communication_s - e.step_s
     out = []
@@ -175,10 +175,10 @@ def _hiding(session, hw, e, groups) -> list[bool]:
     return out
 
 
-def _split(groups, hidden) -> None:
+def _split(groups) -> None:
     """Give every group ``hidden``; a group with hidden and exposed members becomes two."""
     for g in list(groups):
-        flags = [hidden(c.collective) for c in g["members"]]
+        flags = [c.hidden for c in g["members"]]
         if all(flags) or not any(flags):
             g["hidden"] = bool(flags and flags[0])
             continue

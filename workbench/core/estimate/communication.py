@@ -25,6 +25,7 @@ class CollectiveEstimate:
     collective: Collective
     seconds: float  # per run, with the copies around it
     copy_s: float = 0.0  # per run: the part spent in those copies (see ``layout_copies``)
+    hidden: bool = False  # the "prefetch" policy hides it behind compute (`Communication.hidden`)
 
     @property
     def total_s(self) -> float:
@@ -102,7 +103,7 @@ class Communication(PlannedStep):
         for c, t in zip(collectives, seconds):
             nbytes, kernels = layout_copies(c, mesh)
             copy = nbytes / hw.copy_bandwidth(c.bytes) + kernels * hw.op_overhead
-            out.append(CollectiveEstimate(c, t + copy, copy))
+            out.append(CollectiveEstimate(c, t + copy, copy, self.hidden(c)))
         return out
 
     def hidden(self, c: Collective) -> bool:

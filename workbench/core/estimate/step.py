@@ -122,7 +122,7 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
     communication_s = sum(by_kind.values())
     hidden = 0.0
     if overlap == "prefetch":
-        hidden = sum(c.total_s for c in collectives if communication.hidden(c.collective))
+        hidden = sum(c.total_s for c in collectives if c.hidden)
     return Estimate(
         hardware=hardware.name,
         compute_s=compute_s,
