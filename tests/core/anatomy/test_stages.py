@@ -29,14 +29,22 @@ def stream_shape(program) -> tuple[int, ...]:
 
 
 def check_cover(program, cuts, n_blocks):
-    """Blocks split into contiguous, non-empty runs; every top-level forward op in one stage."""
+    """Blocks split into contiguous, non-empty runs; every forward op in one stage: in its
+    forward, or when it runs after the backward began (a recomputation) in its backward
+    (or unplaced, with why: a step counter's update reads no stage's value)."""
     blocks = [b for s in cuts.stages for b in s.blocks]
     assert blocks == list(range(n_blocks)) and all(s.blocks for s in cuts.stages)
     placed = [o for s in cuts.stages for o in s.forward] + [
         o for o in cuts.looped if program.ops[o].phase == "forward"
     ]
-    forward = [op.id for op in program.ops if op.phase == "forward"]
+    body, top = program.body, program.top_level
+    first = next(i for i, o in enumerate(body) if program.ops[o].phase == "backward")
+    late = {o for o in body[first:] if program.ops[o].phase == "forward"}
+    forward = [op.id for op in program.ops if op.phase == "forward" and top[op.id] not in late]
     assert sorted(placed) == forward
+    recomputed = {op.id for op in program.ops if top[op.id] in late}
+    backward = {o for s in cuts.stages for o in s.backward} | set(cuts.looped)
+    assert recomputed <= backward | {o for o, _ in cuts.unplaced}  # unplaced: a step counter
     costs = [s.cost for s in cuts.stages]
     assert cuts.balance == pytest.approx(max(costs) * len(costs) / sum(costs))
 
@@ -131,6 +139,21 @@ def test_third_party_models_cut_in_two(model):
             assert p in s.parameters
     placed = {o for s in cuts.stages for o in s.optimizer} | {o for o, _ in cuts.unplaced}
     assert placed >= {op.id for op in program.ops if op.phase == "optimizer"}
+
+
+def test_a_checkpointed_step_recomputes_each_block_on_its_own_stage():
+    """Under jax.checkpoint the backward recomputes each block from its input: that
+    recomputation is the block's stage's backward, and only the stream crosses a cut."""
+    ex = build("lm", lm.Config.preset("tiny", n_layers=4, remat=True))
+    program = wb.capture(ex.fn, *ex.args)
+    cuts = stage_cuts(program, 4)
+    check_cover(program, cuts, 4)
+    stream = stream_shape(program)
+    assert [[program.values[v].shape for v in b.values] for b in cuts.boundaries] == [[stream]] * 3
+    plain = stage_cuts(lm4("lm"), 4)
+    for s, t in zip(cuts.stages[1:3], plain.stages[1:3]):  # middle stages: one block each
+        assert len(s.backward) > len(t.backward)  # the recomputed forward joins the backward
+    assert len(cuts.stages[1].backward) == len(cuts.stages[2].backward)
 
 
 def test_bad_requests_say_what_would_work():

@@ -9,7 +9,8 @@ Read from structure alone (``layers``' repeated blocks), never from names:
 - a block repeated *under a loop* (``scan``): a stage runs a contiguous range of the loop's
   iterations; what comes before the loop is stage 0's, what comes after it the last's;
 - *backward* ops go to the earliest block they read a value of (a residual, a parameter, a
-  cotangent), else to their readers'; *optimizer* ops to the stage of the parameter, state
+  cotangent), else to their readers'; forward ops after the backward began (a checkpoint's
+  recomputation) to the latest; *optimizer* ops to the stage of the parameter, state
   or gradient they read. An op reading several stages' values (a global gradient norm), or
   feeding several (a step counter), is listed in ``unplaced`` with why;
 - a parameter goes to the stage whose forward ops read it (several: ``shared``).
@@ -24,13 +25,12 @@ import math
 from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import accumulate, pairwise
-from numbers import Real
 
 from workbench.core.anatomy.layers import carried_inputs, region_operands
+from workbench.core.anatomy.stage_costs import checked_cost, flops_cost, weight
 from workbench.core.anatomy.updates import update_chains
 from workbench.core.errors import InputError, given
 from workbench.core.ops import traits as traits_of
-from workbench.core.ops.costs import op_cost
 
 LOOPED = -1  # a level: every stage, on its range of the loop's iterations
 EVERY = -2  # an optimizer op several stages read (unplaced)
@@ -107,7 +107,7 @@ def stage_cuts(program, stages, *, cost=None, layers=None) -> StageCuts:
             f"a stage holds at least one block: give stages <= {n_blocks}."
         )
     starts = _layers(layers, stages, n_blocks) if layers is not None else None
-    weigh = _checked(cost) if cost is not None else _flops(program)
+    weigh = checked_cost(cost) if cost is not None else flops_cost(program)
     cut = _Cut(program, anatomy)
     cut.looped_levels() if found.stacked else cut.unrolled_levels()
     cut.backward_levels()
@@ -116,66 +116,20 @@ def stage_cuts(program, stages, *, cost=None, layers=None) -> StageCuts:
     return cut.result(starts or _balanced(costs, stages), costs, n_blocks, chosen)
 
 
-def _checked(cost):
-    """``cost``, checked to be callable and to give finite numbers >= 0."""
-    if not callable(cost):
-        raise InputError(
-            f"cost={given(cost)} is not callable; give a function of an op id returning its "
-            "cost as a number >= 0, e.g. cost=lambda op: 1.0."
-        )
-
-    def weigh(op_id: int) -> float:
-        c = cost(op_id)
-        if not isinstance(c, Real) or isinstance(c, bool) or not math.isfinite(c) or c < 0:
-            raise InputError(
-                f"cost({op_id}) returned {given(c)}, not a finite number >= 0; the cost "
-                "function must weigh every op id of the program."
-            )
-        return float(c)
-
-    return weigh
-
-
-def _flops(program):
-    """An op's FLOPs at global shapes, as ``ops`` costs it (its regions aside)."""
-
-    def weigh(o: int) -> float:
-        op, types = program.ops[o], program.operand_type
-        results = [program.values[r].type for r in op.results]
-        return op_cost(op.primitive, op.params, [types(v) for v in op.operands], results).flops
-
-    return weigh
-
-
-def _weight(program, op_id: int, weigh, per_trip: bool = False) -> float:
-    """``weigh`` of an op and of its regions' ops (a loop's body times its trips, a
-    branch's dearest region); ``per_trip``: one trip of a loop, its own cost shared."""
-    op = program.ops[op_id]
-    own = weigh(op_id)
-    if not op.regions:
-        return own
-    control = traits_of(op.primitive).control
-    inner = [sum(_weight(program, o, weigh) for o in r.ops) for r in op.regions]
-    if control is not None and control.kind == "branch":
-        return own + max(inner)
-    trips = control.trips(op.params) if control is not None else 1
-    return own / max(trips, 1) + sum(inner) if per_trip else own + sum(inner) * trips
-
-
 def _layers(layers, stages: int, n_blocks: int) -> list[int]:
     ok = isinstance(layers, list | tuple) and all(
         isinstance(k, int) and not isinstance(k, bool) for k in layers
     )
     if not ok or len(layers) != stages - 1:
         raise InputError(
-            f"layers={given(layers)} is not {stages - 1} block indices; give the "
-            f"stages - 1 = {stages - 1} indices where a new stage starts, e.g. layers="
+            f"the stage starts {given(layers)} are not {stages - 1} block indices; give the "
+            f"stages - 1 = {stages - 1} indices where a new stage starts, e.g. "
             f"{[round(n_blocks * (s + 1) / stages) for s in range(stages - 1)]}."
         )
     starts = [0, *layers]
     if any(b <= a for a, b in pairwise(starts)) or (layers and layers[-1] >= n_blocks):
         raise InputError(
-            f"layers={given(layers)} must increase strictly within 1..{n_blocks - 1} (the "
+            f"the stage starts {given(layers)} must increase strictly within 1..{n_blocks - 1} (the "
             f"{n_blocks} blocks are numbered from 0, and a stage holds at least one)."
         )
     return starts
@@ -213,7 +167,11 @@ class _Cut:
         self.param_levels: dict[int, set[int]] = {}
         self.loop: int | None = None
         self.gaps: list[int] = []  # unrolled: the gap (a forward position) after each block
-        self.fwd = [o for o in program.body if self.ops[o].phase == "forward"]
+        body = program.body
+        first = next((i for i, o in enumerate(body) if self.ops[o].phase == "backward"), len(body))
+        # forward ops after the backward began recompute what a checkpoint dropped: backward
+        self.recompute = {o for o in body[first:] if self.ops[o].phase == "forward"}
+        self.fwd = [o for o in body[:first] if self.ops[o].phase == "forward"]
         self.pos = {o: i for i, o in enumerate(self.fwd)}
         self.derived = {  # casts, reshapes or slices of a parameter: they go with it
             o
@@ -221,13 +179,18 @@ class _Cut:
             if self.ops[o].results and all(r in self.origin for r in self.ops[o].results)
         }
 
+    def phase(self, o: int) -> str:
+        """Op ``o``'s phase for the stages: its top-level op's, a recomputation's backward."""
+        top = self.top[o]
+        return "backward" if top in self.recompute else self.ops[top].phase
+
     def _reads(self, op_ids):
         """``(op, parameter)`` for each read of a parameter by a forward op (at any depth)
         that is not a cast, reshape or slice of it."""
         for o in op_ids:
             op = self.ops[o]
             derived = op.results and all(r in self.origin for r in op.results)
-            if op.phase != "forward" or self.top[o] in self.derived or derived:
+            if self.phase(o) != "forward" or self.top[o] in self.derived or derived:
                 continue
             for v in op.operands:
                 if isinstance(v, int) and v in self.origin:
@@ -300,7 +263,7 @@ class _Cut:
             for inner, dropped in slices.get(p, ())
             if dropped == 1
         }
-        forward = [o for o in loops if self.ops[o].phase == "forward"]
+        forward = [o for o in loops if self.phase(o) == "forward"]
         if len(forward) != 1:
             raise InputError(
                 f"{program.name!r} slices its stacked parameters in {len(forward)} forward "
@@ -334,22 +297,34 @@ class _Cut:
         if producer is None:
             return None
         level = self.level.get(self.top[producer])
-        if self.ops[producer].phase != "forward":
+        if self.phase(producer) != "forward":
             return level
-        held = [level, *(self.level.get(self.top[u]) for u in self.program.users[v]
-                         if self.ops[self.top[u]].phase == "forward")]  # fmt: skip
+        held = [level, *self._forward_levels(v)]
         known = [x for x in held if x is not None and x != LOOPED]
         return max(known) if known else (LOOPED if LOOPED in held else None)
+
+    def _forward_levels(self, v: int, depth: int = 0) -> list:
+        """The levels of the forward ops reading ``v``, through renames and casts of it."""
+        out = []
+        for u in self.program.users[v]:
+            if self.phase(u) != "forward":
+                continue
+            out.append(self.level.get(self.top[u]))
+            t, results = traits_of(self.ops[u].primitive), self.ops[u].results
+            if (t.tag or t.transparent) and len(results) == 1 and depth < 8:
+                out += self._forward_levels(results[0], depth + 1)
+        return out
 
     def backward_levels(self) -> None:
         ops, pending = self.ops, []
         for o in self.program.body:
-            if ops[o].phase != "backward" or o in self.level:
+            if self.phase(o) != "backward" or o in self.level:
                 continue
             levels = {self._value_level(v) for v in ops[o].operands} - {None}
             staged = levels - {LOOPED}
-            if staged or levels:
-                self.level[o] = min(staged) if staged else LOOPED
+            if staged or levels:  # a recomputation, as a forward op, by its latest input
+                pick = max if o in self.recompute else min
+                self.level[o] = pick(staged) if staged else LOOPED
             else:
                 pending.append(o)
         for o in reversed(pending):
@@ -364,7 +339,7 @@ class _Cut:
         per_level: dict[int, float] = {}
         for o, level in self.level.items():
             if self.ops[o].phase != "optimizer":
-                w = _weight(self.program, o, weigh, per_trip=level == LOOPED)
+                w = weight(self.program, o, weigh, per_trip=level == LOOPED)
                 if level == LOOPED and not self.ops[o].regions:
                     w /= n_blocks
                 per_level[level] = per_level.get(level, 0.0) + w
@@ -383,7 +358,7 @@ class _Cut:
         stage = {o: stage_of[lv] for o, lv in self.level.items()}
         params = {p: {stage_of[lv] for lv in lvs} for p, lvs in self.param_levels.items()}
         unplaced = self._optimizer(stage, params)
-        lost = [o for o in program.body if o not in stage and ops[o].phase == "backward"]
+        lost = [o for o in program.body if o not in stage and self.phase(o) == "backward"]
         unplaced += [(o, "reads no value a stage holds, and no staged op reads it") for o in lost]
         phases = ("forward", "backward", "optimizer")
         placed = {(s, ph): [] for s in range(n) for ph in phases}
@@ -393,7 +368,7 @@ class _Cut:
             if s == LOOPED:
                 looped.append(o.id)
             elif s is not None:
-                placed[s, ops[self.top[o.id]].phase].append(o.id)
+                placed[s, self.phase(o.id)].append(o.id)
         data = {v for v, _ in self.anatomy.data}
         out = []
         for s in range(n):
