@@ -10,9 +10,9 @@ import pytest
 
 import workbench as wb
 from workbench.core.errors import InputError
-from workbench.core.estimate.pipeline import schedule
 from workbench.core.estimate.pipelined import price_pipeline
 from workbench.core.estimate.timeline import simulate
+from workbench.core.plan.schedule import schedule
 from workbench.models import build
 from workbench.viz.pipeline import PASS_COLORS, pipeline_memory, pipeline_timeline
 

@@ -17,7 +17,7 @@ from tests.widgets.conftest import MESH, on_page
 from workbench.core import hardware as hw
 from workbench.core.errors import WorkbenchError
 from workbench.core.strategies.named import suggested_axis
-from workbench.models import build
+from workbench.models import build, lm
 from workbench.viz import collective_rows
 from workbench.widgets import Workbench, render
 from workbench.widgets.controls import OFFERED
@@ -316,3 +316,20 @@ def test_collective_table_names_the_code_behind_each_row(program):
     assert len(cells) == len(rows)
     for (title, text), r in zip(cells, rows, strict=True):
         assert html.unescape(text) == r["code"] and html.unescape(title) == r["code_path"]
+
+
+def test_a_pipelined_step_shows_its_timeline_and_running_it_says_why_not():
+    ex = build("lm", lm.Config.preset("tiny", n_layers=4))
+    mesh = {"stage": 4, "data": 2}
+    b = on_page(Workbench(ex.fn, *ex.args, mesh=mesh, schedule=[wb.PP("stage"), wb.BP("data")]))
+    e = b.session.estimate(b.hardware, overlap=b.overlap)
+    assert e.pipeline is not None
+    assert "pipeline: 4 stages x 8 microbatches, 1f1b" in b.summary.value
+    assert b.summary.value == render.estimate(e)
+    assert [t.name for t in b.figures["time"].data][:2] == ["F: forward", "B: backward"]
+    b.run_button.click()
+    assert "does not yet run or export a pipelined step" in b.error.value
+    b.history.undo.click()  # PP alone: still pipelined
+    assert b.figures["time"].data[0].name == "F: forward"
+    b.history.undo.click()
+    assert b.figures["time"].data[0].name != "F: forward"

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from numbers import Integral
 
-from workbench.core.errors import HistoryError, InputError, closest_names, given
+from workbench.core.errors import HistoryError, InputError, WorkbenchError, closest_names, given
 from workbench.core.ir.program import Program
 from workbench.core.layout.mesh import Mesh, as_mesh, same_axes
 from workbench.core.layout.sharding import Sharding
@@ -269,6 +269,7 @@ class Session:
         from workbench.core.lowering import constrained, explicit
         from workbench.core.plan.plan import build_plan
 
+        self._not_pipelined("run or lower")
         if kind not in LOWERINGS:
             hint = closest_names(kind, LOWERINGS) if isinstance(kind, str) else []
             raise InputError(
@@ -305,6 +306,7 @@ class Session:
         `workbench.core.lowering.run.run`)."""
         from workbench.core.lowering.run import run
 
+        self._not_pipelined("run")
         return run(
             self,
             lowering=lowering,
@@ -382,7 +384,24 @@ class Session:
         ``mode="explicit"``: written in JAX's explicit sharding mode (sharding in types)."""
         from workbench.core.io.export_jax import export_jax
 
+        self._not_pipelined("export as plain JAX")
         return export_jax(self, mode=mode)
+
+    def _not_pipelined(self, what: str) -> None:
+        """Refuse, saying why, to lower a step the schedule pipelines: no lowering runs a
+        pipeline's stages yet (the simulator prices it)."""
+        from workbench.core.strategies.pipeline import pipeline_of
+
+        pipeline = pipeline_of(self.program, self.mesh, self.state)
+        if pipeline is None:
+            return
+        step = self.history.index(pipeline.tactic) + 1
+        raise WorkbenchError(
+            f"cannot {what} step {self.step}: its schedule pipelines the step "
+            f"({pipeline.tactic}, step {step}), and the workbench does not yet run or export a "
+            f"pipelined step; estimate() prices it. Jump to step {step - 1} (session.jump("
+            f"{step - 1})) to {what} the steps before it."
+        )
 
     def save(self, path):
         """Write the schedule as a JSON strategy file (data only)."""

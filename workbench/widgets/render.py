@@ -78,6 +78,16 @@ def estimate(e) -> str:
         f"communication {format_seconds(e.communication_s)}"
         + (f" ({kinds})" if kinds else "")
         + f" · memory {format_bytes(m.peak)} of {format_bytes(m.capacity)}: {verdict}"
+        + (pipeline(e.pipeline) if e.pipeline else "")
+    )
+
+
+def pipeline(pe) -> str:
+    """A pipelined step's stages, microbatches, schedule and bubble."""
+    s = pe.schedule
+    return (
+        f" · pipeline: {s.stages} stages x {s.microbatches} microbatches, {esc(s.kind)}, "
+        f"bubble {format_seconds(pe.bubble_s / s.stages)} per stage ({pe.bubble_share:.0%})"
     )
 
 

@@ -32,6 +32,7 @@ from workbench.viz import (
     device_grid_text,
     estimates_over_schedule,
     memory_breakdown,
+    pipeline_timeline,
     schedule_estimates,
     schedule_labels,
     time_breakdown,
@@ -396,7 +397,10 @@ class Workbench(w.VBox):
     def draw_charts(self) -> None:
         steps, labels = self._charts_for
         self._charts_held = False
-        self.figures["time"] = time_breakdown(steps[-1])
+        last = steps[-1]  # a pipelined step's time is its stages' timeline
+        self.figures["time"] = (
+            pipeline_timeline(last.pipeline) if last.pipeline else time_breakdown(last)
+        )
         self.figures["memory"] = memory_breakdown(steps[-1])
         self.figures["schedule"] = schedule_estimates(steps, labels)
         for out, key in (

@@ -8,10 +8,10 @@ from workbench.core.estimate.communication import CollectiveEstimate
 from workbench.core.estimate.compute import OpEstimate
 from workbench.core.estimate.memory import CATEGORIES, Memory, donations
 from workbench.core.estimate.overlap import OVERLAPS, check_overlap, overlapped
-from workbench.core.estimate.pipeline import SCHEDULES, Schedule, Work, schedule
 from workbench.core.estimate.pipelined import PipelineEstimate, price_pipeline
 from workbench.core.estimate.step import Estimate, estimate
 from workbench.core.estimate.timeline import Timeline, simulate
+from workbench.core.plan.schedule import SCHEDULES, Schedule, Work, schedule
 
 __all__ = [
     "CATEGORIES",

@@ -23,20 +23,23 @@ counts on every stage holding it) + peak in flight x the activations its backwar
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from workbench.core.anatomy.stages import StageCuts, stage_cuts
 from workbench.core.errors import InputError, given
+from workbench.core.estimate.communication import Communication
 from workbench.core.estimate.compute import Compute
 from workbench.core.estimate.overlap import check_overlap
-from workbench.core.estimate.pipeline import Schedule
-from workbench.core.estimate.pipeline import schedule as build_schedule
 from workbench.core.estimate.timeline import Timeline, simulate
 from workbench.core.hardware.collectives import permute_time
 from workbench.core.hardware.names import resolve
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.state import State
 from workbench.core.plan.plan import build_plan
+from workbench.core.plan.schedule import Schedule
+from workbench.core.plan.schedule import schedule as build_schedule
+from workbench.core.strategies.pipeline import batch_size
 
 STATE = ("parameters", "gradients", "optimizer")
 
@@ -64,6 +67,16 @@ class PipelineEstimate:
     state: tuple[dict[str, int], ...]
     activations: tuple[int, ...]
     peak: tuple[int, ...]
+    flops: tuple[float, ...] = ()  # per stage per step
+    kernels: tuple[int, ...] = ()
+
+    def busy(self, stage: int) -> float:
+        """Seconds stage ``stage`` works in a step: M times its passes, and its optimizer."""
+        M = self.schedule.microbatches
+        return (
+            M * (self.forward[stage] + self.backward[stage] + self.weight[stage])
+            + (self.optimizer[stage])
+        )
 
     @property
     def step_s(self) -> float:
@@ -104,17 +117,12 @@ def price_pipeline(
     layers=None,
     overlap="none",
 ) -> PipelineEstimate:
-    """Price ``program``'s step as a pipeline (see the module docstring). ``overlap``:
-    "none" (each send delays its reader), "full" (sends hide) or the fraction that hides.
-    ``layers``: where stages start (`stage_cuts`)."""
+    """Price ``program``'s step as a pipeline with nothing else partitioned (see the module
+    docstring). ``overlap``: "none" (each send delays its reader), "full" (sends hide) or
+    the fraction that hides. ``layers``: where stages start (`stage_cuts`)."""
     hw = resolve(hardware)
-    overlap = check_overlap(overlap)
-    if overlap == "prefetch":
-        raise InputError(
-            "overlap='prefetch' hides gathers of weights and gradient reductions, which a "
-            "pipeline's sends are not; give 'none', 'full' or a fraction in [0, 1]"
-        )
-    batch = _batch(program)
+    hide = _hidden(overlap)
+    batch = batch_size(program)
     whole = isinstance(microbatches, int) and not isinstance(microbatches, bool)
     if whole and microbatches >= 1 and batch % microbatches:
         fits = [m for m in range(1, batch + 1) if batch % m == 0]
@@ -129,8 +137,39 @@ def price_pipeline(
             "give virtual_stages=1 (schedules 'gpipe', '1f1b', 'zero-bubble')"
         )
     cuts = stage_cuts(program, stages, layers=layers)
-    priced = _Priced(program, hw, cuts, microbatches)
-    split = sched.split_backward
+    mesh = Mesh({"d": 1})
+    state = State.initial(program)
+    priced = _Priced(program, hw, cuts, microbatches, mesh, state, build_plan(program, mesh, state))
+    return _timeline(priced, sched, hw, hide, stride=1)
+
+
+def price_planned(program, mesh, state, plan, hardware, pipeline, overlap="none"):
+    """Price a session's pipelined step: ``pipeline`` (`strategies.pipeline.Pipeline`) over
+    its stage axis, every op at the local shapes ``plan`` gives it on the other axes, and
+    their collectives beside it: a forward or backward op's per microbatch (1/M of the
+    bytes when the value has the batch dimension: a Megatron all-reduce; whole when not: a
+    ZeRO-3 gather runs once per microbatch), an optimizer op's once per step."""
+    hw = resolve(hardware)
+    hide = _hidden(overlap)
+    priced = _Priced(program, hw, pipeline.cuts, pipeline.microbatches, mesh, state, plan)
+    priced.add_collectives(Communication(program, mesh, state, plan, hw).collective_estimates())
+    after = mesh.names[mesh.names.index(pipeline.axis) + 1 :]
+    stride = math.prod(mesh.axis_size(a) for a in after)
+    return _timeline(priced, pipeline.schedule, hw, hide, stride)
+
+
+def _hidden(overlap) -> float:
+    overlap = check_overlap(overlap)
+    if overlap == "prefetch":
+        raise InputError(
+            "overlap='prefetch' hides gathers of weights and gradient reductions, which a "
+            "pipeline's sends are not; give 'none', 'full' or a fraction in [0, 1]"
+        )
+    return {"none": 0.0, "full": 1.0}.get(overlap, overlap)
+
+
+def _timeline(priced, sched, hw, hide: float, stride: int) -> PipelineEstimate:
+    cuts, split = priced.cuts, sched.split_backward
     fwd, bwd, wgt, opt = [], [], [], []
     for st in cuts.stages:
         f, b, w, o = priced.stage_times(st)
@@ -138,40 +177,30 @@ def price_pipeline(
         bwd.append(b if split else b + w)
         wgt.append(w if split else 0.0)
         opt.append(o)
-    hide = {"none": 0.0, "full": 1.0}.get(overlap, overlap)
-    links, p2p = priced.sends(stages)
+    work = [priced.stage_work(st) for st in cuts.stages]
+    links, p2p = priced.sends(stride)
     timeline = simulate(sched, fwd, bwd, wgt, [t * (1 - hide) for t in p2p] or 0.0)
     state = [priced.model_state(st) for st in cuts.stages]
     acts = [priced.activation_bytes(st) for st in cuts.stages]
     peak = tuple(
-        sum(state[s].values()) + round(timeline.peak_in_flight[s] * acts[s]) for s in range(stages)
+        sum(state[s].values()) + round(timeline.peak_in_flight[s] * acts[s])
+        for s in range(sched.stages)
     )
     return PipelineEstimate(
         hw.name, sched, cuts, timeline, tuple(fwd), tuple(bwd), tuple(wgt), tuple(p2p),
         tuple(links), tuple(opt), tuple(state), tuple(acts), peak,
+        tuple(w for w, _ in work), tuple(k for _, k in work),
     )  # fmt: skip
 
 
-def _batch(program) -> int:
-    """The batch size: the batch dimension of the program's data inputs."""
-    sizes = {program.values[v].shape[d] for v, d in program.anatomy().data if d is not None}
-    if len(sizes) != 1:
-        raise InputError(
-            f"{program.name!r} has data inputs with batch sizes {sorted(sizes) or 'none'}; a "
-            "pipeline splits one batch dimension into microbatches. program.anatomy().report() "
-            "shows what the workbench sees; correct it with wb.Role if it is wrong"
-        )
-    return sizes.pop()
-
-
 class _Priced:
-    """The program's ops priced on one device, and what a stage reads of them."""
+    """The program's ops priced per device (at the local shapes of ``plan``), and what a
+    stage reads of them."""
 
-    def __init__(self, program, hw, cuts: StageCuts, microbatches: int):
+    def __init__(self, program, hw, cuts: StageCuts, microbatches: int, mesh, state, plan):
         self.program, self.hw, self.cuts, self.M = program, hw, cuts, microbatches
-        mesh = Mesh({"d": 1})
-        state = State.initial(program)
-        compute = Compute(program, mesh, state, build_plan(program, mesh, state), hw)
+        self.mesh, self.shardings = mesh, state.shardings
+        compute = Compute(program, mesh, state, plan, hw)
         self.categories = compute.static.categories
         anatomy = program.anatomy()
         self.anatomy = anatomy
@@ -181,9 +210,15 @@ class _Priced:
             v.id for v in values if batch is not None and batch in dims.dims_of(v.id, len(v.shape))
         }
         self.time: dict[int, tuple[float, float]] = {}  # op -> (scaled s, whole s) per step
+        self.once = 0.0  # collectives for the program's outputs: once per step
+        self.work: dict[int, tuple[float, int]] = {}  # op -> (FLOPs, kernels) per step
         for e in compute.op_estimates():
             over = hw.op_overhead if e.kernel else 0.0
             self._add(e.op, e.seconds - over, over, e.count)
+            self.work[e.op] = (
+                (e.cost.flops + e.cost.transcendentals) * e.count,
+                e.kernel * e.count,
+            )
         for o_id, ks in compute.static.copies:  # transposed operand copies, with their op
             for k in ks:
                 read, written = compute.copy_bytes(o_id, k)
@@ -201,6 +236,20 @@ class _Priced:
         per_mb = roofline / self.M if scaled else roofline
         s, w = self.time.get(op_id, (0.0, 0.0))
         self.time[op_id] = (s + count * (per_mb + over), w + count * (roofline + over))
+
+    def add_collectives(self, collectives) -> None:
+        """Each collective's time on the op that needs it (see `price_planned`)."""
+        for c in collectives:
+            op = c.collective.op
+            if op is None:
+                self.once += c.total_s
+                continue
+            per_mb = c.total_s / self.M if c.collective.value in self.batched else c.total_s
+            s, w = self.time.get(op, (0.0, 0.0))
+            self.time[op] = (s + per_mb, w + c.total_s)
+
+    def nbytes(self, v: int) -> int:
+        return self.shardings[v].local_nbytes(self.mesh)
 
     def _weight_ops(self) -> set[int]:
         """Top-level backward ops whose results lack the batch dimension and flow only into
@@ -224,34 +273,58 @@ class _Priced:
         """One microbatch's F, B (input gradient), W seconds, and the optimizer's per step."""
         share = len(st.blocks) / self.n_blocks
         f = b = w = o = 0.0
-        for ops, looped in ((st.forward + st.backward + st.optimizer, 1.0),
-                            (self.cuts.looped, share)):  # fmt: skip
+        staged = [
+            (ops, ph, 1.0)
+            for ops, ph in (
+                (st.forward, "forward"),
+                (st.backward, "backward"),
+                (st.optimizer, "optimizer"),
+            )
+        ]
+        loops = [((o,), self.program.ops[self.top[o]].phase, share) for o in self.cuts.looped]
+        for ops, phase, part in staged + loops:  # a recomputation is in st.backward
             for op_id in ops:
                 per_mb, whole = self.time.get(op_id, (0.0, 0.0))
-                phase = self.program.ops[self.top[op_id]].phase
                 if phase == "forward":
-                    f += per_mb * looped
+                    f += per_mb * part
                 elif phase == "optimizer":
-                    o += whole * looped
+                    o += whole * part
                 elif self.top[op_id] in self.weight_ops:
-                    w += per_mb * looped
+                    w += per_mb * part
                 else:
-                    b += per_mb * looped
+                    b += per_mb * part
         o += sum(self.time.get(op_id, (0.0, 0.0))[1] for op_id, _ in self.cuts.unplaced)
-        return f, b, w, o
+        return f, b, w, o + self.once
+
+    def stage_work(self, st) -> tuple[float, int]:
+        """The stage's FLOPs and kernels per step (a forward or backward kernel launches once
+        per microbatch)."""
+        share = len(st.blocks) / self.n_blocks
+        flops, kernels = 0.0, 0.0
+        for ops, part in (
+            (st.forward + st.backward + st.optimizer, 1.0),
+            (self.cuts.looped, share),
+        ):
+            for o in ops:
+                f, k = self.work.get(o, (0.0, 0))
+                per_mb = self.program.ops[self.top[o]].phase != "optimizer"
+                flops += part * f
+                kernels += part * k * (self.M if per_mb else 1)
+        return flops, round(kernels)
 
     def nbytes_per_mb(self, v: int) -> float:
-        n = self.program.values[v].nbytes
+        n = self.nbytes(v)
         return n / self.M if v in self.batched else n
 
-    def sends(self, stages: int) -> tuple[list[str], list[float]]:
-        """Per link s -> s+1: the level it runs on and one microbatch's send."""
+    def sends(self, stride: int) -> tuple[list[str], list[float]]:
+        """Per link s -> s+1: the level it runs on and one microbatch's send. Stage s runs
+        on device ``s * stride`` (the stage axis's stride in the mesh's device order)."""
         names, times = [], []
         groups = self.hw.group_devices
         for b in self.cuts.boundaries:
-            s = b.after
+            a, z = b.after * stride, (b.after + 1) * stride
             level = next(
-                (i for i, g in enumerate(groups) if g is None or s // g == (s + 1) // g),
+                (i for i, g in enumerate(groups) if g is None or a // g == z // g),
                 len(groups) - 1,
             )
             link = self.hw.links[level]
@@ -266,11 +339,11 @@ class _Priced:
         p, cat = self.program, self.categories
         out = dict.fromkeys(STATE, 0)
         for q in st.parameters:
-            out["parameters"] += p.values[q].nbytes
-            out["optimizer"] += sum(p.values[x].nbytes for x in self.anatomy.state.get(q, ()))
+            out["parameters"] += self.nbytes(q)
+            out["optimizer"] += sum(self.nbytes(x) for x in self.anatomy.state.get(q, ()))
         owned = {x for q in self.anatomy.parameters for x in self.anatomy.state.get(q, ())}
         out["optimizer"] += sum(  # a step counter: each stage keeps its own
-            p.values[x].nbytes for x in self.anatomy.optimizer_state if x not in owned
+            self.nbytes(x) for x in self.anatomy.optimizer_state if x not in owned
         )
         looped = [o for o in self.cuts.looped if p.ops[o].phase == "optimizer"]
         grads = {
@@ -279,7 +352,7 @@ class _Priced:
             for v in p.ops[o].operands
             if isinstance(v, int) and cat[v] == "gradients"
         }
-        out["gradients"] = sum(p.values[v].nbytes for v in grads)
+        out["gradients"] = sum(self.nbytes(v) for v in grads)
         return out
 
     def activation_bytes(self, st) -> int:
@@ -287,13 +360,15 @@ class _Priced:
         p, cat = self.program, self.categories
         share = len(st.blocks) / self.n_blocks
         total = 0.0
+        backward = {*st.backward, *self.cuts.looped}  # a recomputation's results are not held
         for ops, part in ((st.backward, 1.0), (self.cuts.looped, share)):
             read = {
                 v
                 for o in ops
-                if o == self.top[o] and p.ops[o].phase == "backward"
+                if o == self.top[o] and (o in st.backward or p.ops[o].phase == "backward")
                 for v in p.ops[o].operands
                 if isinstance(v, int) and cat[v] == "activations"
-            }
+                and (p.values[v].producer is None or self.top[p.values[v].producer] not in backward)
+            }  # fmt: skip
             total += part * sum(self.nbytes_per_mb(v) for v in read)
         return round(total)

@@ -11,11 +11,13 @@ from workbench.core.estimate.compute import Compute, OpEstimate
 from workbench.core.estimate.liveness import Liveness
 from workbench.core.estimate.memory import Memory
 from workbench.core.estimate.overlap import check_overlap, overlapped
+from workbench.core.estimate.pipelined import PipelineEstimate, price_planned
 from workbench.core.gcpause import without_gc
 from workbench.core.hardware.names import resolve
 from workbench.core.hardware.spec import Hardware
 from workbench.core.layout.collectives import KINDS
 from workbench.core.layout.mesh import Mesh
+from workbench.core.strategies.pipeline import pipeline_of
 from workbench.core.units import format_seconds
 
 
@@ -35,6 +37,10 @@ class Estimate:
     collectives: tuple[CollectiveEstimate, ...] = field(repr=False)
     kernels: int = 0  # kernels launched per device per step (ops after fusion, local steps)
     fresh_memory_s: float = 0.0  # part of compute: first touch of fresh per-step buffers
+    #: a pipelined step's stages and timeline (`PipelineEstimate`); then the figures above
+    #: are the busiest stage's (its other axes' collectives in compute_s), communication_s
+    #: its sends and receives, and memory the stage with the highest peak
+    pipeline: PipelineEstimate | None = field(default=None, repr=False)
 
     def by_tactic(self) -> dict[int | None, float]:
         """Communication seconds per tactic index (None: no tactic behind it)."""
@@ -106,6 +112,9 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
     of `OVERLAPS` or a fraction in [0, 1]. Both are checked before any work."""
     hardware = resolve(hardware)
     overlap = check_overlap(overlap)
+    pipeline = pipeline_of(program, mesh, state)
+    if pipeline is not None:
+        return _pipelined(program, mesh, state, plan, hardware, pipeline, overlap)
     compute = Compute(program, mesh, state, plan, hardware)
     communication = Communication(program, mesh, state, plan, hardware)
     liveness = Liveness(program, mesh, state, plan, hardware, communication)
@@ -136,4 +145,34 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
         ops=tuple(ops),
         collectives=tuple(collectives),
         fresh_memory_s=fresh_s,
+    )
+
+
+def _pipelined(program, mesh, state, plan, hardware, pipeline, overlap) -> Estimate:
+    """A pipelined step as an `Estimate` (see ``Estimate.pipeline``)."""
+    pe = price_planned(program, mesh, state, plan, hardware, pipeline, overlap)
+    S, M = pe.schedule.stages, pe.schedule.microbatches
+    busiest = max(range(S), key=pe.busy)
+    sends = M * sum(pe.p2p[k] for k in (busiest - 1, busiest) if 0 <= k < len(pe.p2p))
+    at = max(range(S), key=lambda s: pe.peak[s])
+    held = dict(pe.state[at])
+    in_flight = pe.peak[at] - sum(held.values())
+    memory = Memory(
+        pe.peak[at], {**held, "activations": in_flight, "temporaries": 0},
+        held["parameters"] + held["optimizer"], 0, in_flight + held["gradients"],
+        hardware.memory_bytes, held,
+    )  # fmt: skip
+    return Estimate(
+        hardware=hardware.name,
+        compute_s=pe.busy(busiest),
+        communication_s=2 * sends,
+        step_s=pe.step_s,
+        overlap=overlap,
+        by_kind={**dict.fromkeys(KINDS, 0.0), "collective-permute": 2 * sends},
+        flops=pe.flops[busiest],
+        memory=memory,
+        ops=(),
+        collectives=(),
+        kernels=pe.kernels[busiest],
+        pipeline=pe,
     )

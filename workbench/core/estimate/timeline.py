@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from workbench.core.errors import InputError, given
-from workbench.core.estimate.pipeline import Schedule, Work
+from workbench.core.plan.schedule import Schedule, Work
 
 
 @dataclass(frozen=True, slots=True)

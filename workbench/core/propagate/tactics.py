@@ -358,9 +358,18 @@ def apply_tactic(
     schedule = (*state.schedule, tactic)
     prop = Propagator(program, mesh, state, tactic=len(state.schedule), schedule=schedule)
     expanded: list[tuple[Tactic, list[Target]]] = []  # each composite, and what it targets
+    reserved = {t.axis: t for t in state.schedule if getattr(t, "reserves_axis", False)}
+
+    def free(t: Tactic) -> None:
+        if t.axis in reserved:
+            raise TacticError(
+                f"{t}: axis {t.axis!r} is the stages' axis of {reserved[t.axis]}, which "
+                "carries no tile; tile on another axis of the mesh."
+            )
 
     def run(t: Tactic, now: State | None = None) -> None:
         if isinstance(t, PRIMITIVE_TACTICS):
+            free(t)
             if t is not tactic:
                 prop.begin_part(t)
             t.seed(prop, mesh)
@@ -378,6 +387,7 @@ def apply_tactic(
         if getattr(tactic, "one_pass", False):  # every seed placed, then one propagation
             subs = list(tactic.expand(program, mesh, state))
             for sub in subs:
+                free(sub)
                 prop.begin_part(sub)
                 sub.seed(prop, mesh)
             prop.settle(subs[0].axis if subs else None)  # every axis, to a fixed point

@@ -9,7 +9,15 @@ the schedule corrects it. ``expand`` is how you read what a strategy does:
 """
 
 # every family registers its tactics in ``named`` as it is imported
-from workbench.core.strategies import data, embedding, roles, sequence, tensor, zero  # noqa: F401
+from workbench.core.strategies import (  # noqa: F401
+    data,
+    embedding,
+    pipeline,
+    roles,
+    sequence,
+    tensor,
+    zero,
+)
 from workbench.core.strategies.named import NAMED, STRATEGIES, register, suggested_axis
 
 __all__ = ["NAMED", "STRATEGIES", "register", "suggested_axis"]

@@ -7,8 +7,8 @@ import itertools
 import pytest
 
 from workbench.core.errors import InputError, LimitError
-from workbench.core.estimate.pipeline import SCHEDULES, Schedule, Work, schedule
 from workbench.core.estimate.timeline import simulate
+from workbench.core.plan.schedule import SCHEDULES, Schedule, Work, schedule
 
 SIZES = [(2, 2), (2, 5), (3, 7), (4, 4), (4, 8), (8, 16), (5, 3)]
 

@@ -1,0 +1,177 @@
+"""PP, the pipeline strategy: applied like any tactic (undo, save, load, export), checked
+when applied, its stage axis kept free of tiles, and priced by `Session.estimate` with the
+other axes' layouts; lowering it is refused, saying why."""
+
+import json
+
+import pytest
+
+import workbench as wb
+from tests.models import programs as external
+from workbench.core.errors import TacticError, WorkbenchError
+from workbench.core.propagate.tactics import TacticInputError
+from workbench.core.strategies.pipeline import default_microbatches, pipeline_of
+from workbench.models import build, lm
+
+MESH = wb.Mesh({"stage": 4, "data": 2})
+
+
+@pytest.fixture(scope="module")
+def program():
+    ex = build("lm", lm.Config.preset("tiny", n_layers=4))
+    return wb.capture(ex.fn, *ex.args)
+
+
+def test_pp_cuts_the_blocks_over_its_axis_and_tiles_nothing(program):
+    s = wb.Session(program, MESH, [wb.PP("stage", microbatches=4)])
+    assert s.state.shardings == wb.Session(program, MESH).state.shardings
+    pipe = pipeline_of(program, s.mesh, s.state)
+    assert (pipe.stages, pipe.microbatches, pipe.schedule.kind) == (4, 4, "1f1b")
+    assert [st.blocks for st in pipe.cuts.stages] == [(0,), (1,), (2,), (3,)]
+    s.undo()
+    assert pipeline_of(program, s.mesh, s.state) is None
+
+
+def test_pp_composes_with_strategies_on_the_other_axes(program):
+    mesh = wb.Mesh({"stage": 2, "data": 2, "model": 2})
+    s = wb.Session(program, mesh, [wb.PP("stage", stages=[1]), wb.BP("data"), wb.MP("model")])
+    assert s.sharding("batch/tokens").uses("data")
+    assert [st.blocks for st in pipeline_of(program, mesh, s.state).cuts.stages] == [
+        (0,),
+        (1, 2, 3),
+    ]
+    assert not any(sh.uses("stage") for sh in s.state.shardings.values())
+
+
+@pytest.mark.parametrize(
+    "tactic", [wb.BP("stage"), wb.MP("stage"), wb.Tile("params/layers/0/mlp/w1", 1, "stage")]
+)
+def test_a_tactic_on_the_stage_axis_is_refused_and_changes_nothing(program, tactic):
+    s = wb.Session(program, MESH, [wb.PP("stage"), wb.BP("data")])
+    before = (s.step, s.state)
+    with pytest.raises(TacticError, match=r"axis 'stage' is the stages' axis of PP\('stage'\)"):
+        s.apply(tactic)
+    assert (s.step, s.state) == before
+
+
+@pytest.mark.parametrize(
+    "schedule, tactic, message",
+    [
+        ([wb.BP("data")], wb.PP("data"), r"axis 'data' already tiles batch/"),
+        ([wb.PP("stage")], wb.PP("data"), r"pipelines the step already \(PP\('stage'\)\)"),
+        ([], wb.PP("stage", microbatches=3), r"microbatches=3 does not divide the batch of 8"),
+        ([], wb.PP("stage", stages=[1, 2]), r"stage starts \(1, 2\) are not 3 block indices"),
+        ([], wb.PP("stage", stages=[2, 1, 3]), r"must increase strictly"),
+        ([], wb.PP("stage", virtual_stages=2), r"not yet priced or run; give virtual_stages=1"),
+        ([], wb.PP("stage", schedule="interleaved"), r"interleaved schedule needs virtual_stag"),
+        ([], wb.PP("pipe"), r"axis 'pipe' is not in Mesh"),
+    ],
+)
+def test_pp_refused_when_applied_says_why(program, schedule, tactic, message):
+    s = wb.Session(program, MESH, schedule)
+    before = (s.step, s.state)
+    with pytest.raises(TacticError, match=message):
+        s.apply(tactic)
+    assert (s.step, s.state) == before
+
+
+def test_pp_on_an_axis_of_one_device_and_on_a_step_without_blocks_is_refused(program):
+    s = wb.Session(program, wb.Mesh({"stage": 1, "data": 8}))
+    with pytest.raises(TacticError, match="one stage; pipeline over an axis of 2 or more"):
+        s.apply(wb.PP("stage"))
+    ex = build("cnn", "tiny")
+    flat = wb.Session(wb.capture(ex.fn, *ex.args), MESH)
+    with pytest.raises(TacticError, match="no repeated blocks"):
+        flat.apply(wb.PP("stage"))
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: wb.PP("stage", microbatches=0), r"microbatches must be a whole number >= 1"),
+        (lambda: wb.PP("stage", microbatches=2.5), r"got 2\.5"),
+        (lambda: wb.PP("stage", microbatches=True), r"got True"),
+        (lambda: wb.PP("stage", schedule="1fb1"), r"did you mean '1f1b'\? Use one of"),
+        (lambda: wb.PP("stage", schedule=None), r"schedule=None is not a pipeline schedule"),
+        (lambda: wb.PP("stage", stages="2"), r"stages must be the block indices"),
+        (lambda: wb.PP("stage", stages=[1.5]), r"stages must be the block indices"),
+        (lambda: wb.PP("stage", virtual_stages=0), r"virtual_stages must be a whole number"),
+        (lambda: wb.PP(3), r"axis 3 is not a mesh axis"),
+    ],
+)
+def test_pp_made_with_bad_arguments_is_refused(make, message):
+    with pytest.raises(TacticInputError, match=message):
+        make()
+
+
+def test_default_microbatches_are_four_per_stage_when_the_batch_allows():
+    assert default_microbatches(64, 4) == 16
+    assert default_microbatches(24, 4) == 24  # 16 does not divide 24; nor 17..23
+    assert default_microbatches(8, 4) == 8  # the batch, when smaller than 4 per stage
+    assert default_microbatches(40, 2) == 8
+
+
+def test_pp_saves_loads_and_exports(program, tmp_path):
+    tactics = [wb.PP("stage", microbatches=4, schedule="gpipe", stages=[1, 2, 3]), wb.BP("data")]
+    s = wb.Session(program, MESH, tactics)
+    path = tmp_path / "pp.json"
+    s.save(path)
+    assert json.loads(path.read_text())["schedule"][0]["stages"] == [1, 2, 3]
+    assert wb.Session.load(program, path).history == s.history
+    namespace: dict = {}
+    exec(s.export_code(), namespace)
+    assert namespace["build"](program).history == s.history
+
+
+def test_a_pipelined_step_is_not_lowered_and_the_error_says_so(program):
+    s = wb.Session(program, MESH, [wb.PP("stage"), wb.BP("data")])
+    for call in (s.lower, s.export_jax, lambda: s.run(repeats=1)):
+        with pytest.raises(WorkbenchError, match=r"does not yet run or export a pipelined step"):
+            call()
+    s.jump(0)
+    s.lower()  # the steps before the pipeline lower as ever
+
+
+def test_the_estimate_of_a_pipelined_step_is_its_timeline(program):
+    plain = wb.Session(program, MESH, [wb.BP("data")]).estimate("h100")
+    by = {}
+    for kind in ("gpipe", "1f1b", "zero-bubble"):
+        s = wb.Session(
+            program, MESH, [wb.PP("stage", microbatches=8, schedule=kind), wb.BP("data")]
+        )
+        e = by[kind] = s.estimate("h100")
+        pe = e.pipeline
+        assert pe is not None and pe.schedule.kind == kind
+        assert e.step_s == pe.step_s and e.memory.peak == max(pe.peak)
+        assert e.by_kind["collective-permute"] > 0 and e.pipeline.bubble_s > 0
+        # a stage holds about a quarter of the blocks: its state is under the unpipelined one
+        assert max(sum(st.values()) for st in pe.state) < sum(plain.memory.states.values())
+    # 1F1B and zero-bubble hold fewer microbatches' activations than GPipe's M
+    assert max(by["1f1b"].pipeline.peak) < max(by["gpipe"].pipeline.peak)
+    assert by["gpipe"].pipeline.timeline.peak_in_flight[0] == 8
+    assert by["1f1b"].pipeline.timeline.peak_in_flight[0] == 4
+
+
+def test_the_other_axes_layouts_price_each_stage(program):
+    """BP on another axis halves a stage's per-microbatch work; MP adds its all-reduces to
+    the forward; the sends carry the local (batch-split) activations."""
+    alone = wb.Session(program, MESH, [wb.PP("stage", microbatches=2)]).estimate("h100").pipeline
+    bp = wb.Session(program, MESH, [wb.PP("stage", microbatches=2), wb.BP("data")])
+    data = bp.estimate("h100").pipeline
+    assert data.activations[1] == pytest.approx(alone.activations[1] / 2, rel=0.05)
+    assert data.p2p[0] < alone.p2p[0]
+    mesh = wb.Mesh({"stage": 4, "model": 2})
+    mp = wb.Session(program, mesh, [wb.PP("stage", microbatches=2), wb.MP("model")])
+    plain = wb.Session(program, mesh, [wb.MP("model")])
+    assert any(c.collective.kind == "all-reduce" for c in plain.estimate("h100").collectives)
+    tensor = mp.estimate("h100").pipeline
+    assert tensor.state[1]["parameters"] < alone.state[1]["parameters"]
+
+
+def test_estimate_prices_a_third_party_pipeline():
+    p = external.program("eqx_lm")
+    mesh = wb.Mesh({"stage": 2, "data": 2, "model": 2})
+    s = wb.Session(p, mesh, [wb.PP("stage"), wb.BP("data"), wb.MP("model")])
+    pe = s.estimate("h100").pipeline
+    assert len(pe.cuts.stages) == 2 and all(st.blocks for st in pe.cuts.stages)
+    assert 0 < pe.bubble_share < 1 and all(x > 0 for x in pe.forward)
