@@ -14,6 +14,10 @@
 - Big programs collapse by name scope and phase (see ``collapse.py``); loops and branches
   drawn op by op are clusters holding their bodies, entered at the op's node and left at
   its ``end`` node.
+- A pipelined state (``PP``): each node says its stage as core's stage cuts give it (a
+  box: the stages it spans; ``every stage`` for a loop each stage runs on its iterations;
+  ``no stage``, with why), filled in the stage's colour when on one; edges carrying values
+  a stage sends to the next say ``send stage 0 → 1``; the legend names the pipeline.
 
 The graph is built in one pass over the ops; every lookup is a dict or list index.
 """
@@ -31,10 +35,11 @@ from workbench.core.ir.program import Op, Program
 from workbench.core.layout.collectives import Collective
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.state import State
+from workbench.core.strategies.pipeline import pipeline_of
 from workbench.viz import style
 from workbench.viz.blocks import assign_blocks, io_groups, reading_order
 from workbench.viz.collapse import MAX_NODES, PHASES, Nodes, assign_nodes
-from workbench.viz.graph_attrs import GREY, Attributes
+from workbench.viz.graph_attrs import GREY, Attributes, StageMarks
 
 FONT = "Helvetica"
 IO_BUDGET = 32  # inputs (outputs) drawn one by one; past this many they group by name prefix
@@ -212,6 +217,18 @@ class _Drawing(Attributes):
         self.bold: list[str] = []
         self.collective_at: dict[str, tuple[Collective, ...]] = {}
         self.phase_boxes = {g.node for g in nodes.groups.values() if g.key in PHASES}
+        pipeline = pipeline_of(program, mesh, state)
+        self.stages = None if pipeline is None else StageMarks(pipeline)
+        self.stage_sets: dict[str, frozenset[int] | None] = {}  # node -> its ops' stages
+
+    def _node_stages(self, node: str) -> frozenset[int] | None:
+        """The stages of the ops a node draws (None: an input, output or collective)."""
+        if node not in self.stage_sets:
+            op = node.removeprefix("end").removeprefix("op")
+            group = self.n.groups.get(node)
+            ops = group.ops if group else [int(op)] if op.isdigit() else None
+            self.stage_sets[node] = None if ops is None else self.stages.of(ops)
+        return self.stage_sets[node]
 
     # -- which node a value leaves and enters -------------------------------------------------
     def _io_nodes(self, items: list[tuple[int, str]], kind: str) -> dict[int, str]:
@@ -363,6 +380,7 @@ class _Drawing(Attributes):
         value_elements: dict[int, list[str]] = {}
         for n, (src, dst, items) in enumerate(edges):
             attrs = self._edge_attrs(items)
+            self._mark_send(attrs, [v for v, _ in items], src, dst)
             if self.blocks and any(len(self.io.get(x, ((),) * 3)[2]) > 1 for x in (src, dst)):
                 attrs["label"] = ""  # a group's many values: its tooltip lists them
             self._edge(g, src, dst, dict(attrs, id=f"e{n}"))

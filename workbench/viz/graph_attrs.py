@@ -72,6 +72,105 @@ def _snug(kind: str, label: str, double: bool) -> dict[str, str]:
     return dict(extra, fixedsize="shape", width=f"{w / 72:.2f}", height="0.36" if double else "0.3")
 
 
+LOOPED, NO_STAGE = -1, -2  # an op every stage runs on its iterations; one on no stage
+
+
+def _stage_span(stages: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``stages 0–2, 5``; ``[3]`` -> ``stage 3``."""
+    runs: list[list[int]] = []
+    for k in stages:
+        if runs and k == runs[-1][-1] + 1:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    text = ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
+    return f"stage{'s' * (len(stages) > 1)} {text}"
+
+
+class StageMarks:
+    """What a pipelined state's stage cuts say of each op and value, read from core's
+    ``Stage`` and ``Boundary`` records (``anatomy.stages``); nothing is decided here."""
+
+    def __init__(self, pipeline):
+        cuts = self.cuts = pipeline.cuts
+        self.pipeline = pipeline
+        self.stage = {
+            o: s.index for s in cuts.stages for o in (*s.forward, *s.backward, *s.optimizer)
+        }
+        self.stage.update(dict.fromkeys(cuts.looped, LOOPED))
+        self.why = dict(cuts.unplaced)
+        self.sends: dict[int, list[int]] = {}  # value -> the boundaries it crosses
+        for b in cuts.boundaries:
+            for v in b.values:
+                self.sends.setdefault(v, []).append(b.after)
+
+    def of(self, ops: list[int]) -> frozenset[int]:
+        """The stages (``LOOPED``, ``NO_STAGE``) of ``ops``."""
+        return frozenset(self.stage.get(o, NO_STAGE) for o in ops)
+
+    def describe(self, ops: list[int]) -> tuple[str, str, str | None]:
+        """A label line, a tooltip and a fill (one stage only) for a node drawing ``ops``."""
+        count = Counter(self.stage.get(o, NO_STAGE) for o in ops)
+        stages = sorted(k for k in count if k >= 0)
+        looped, lost = count[LOOPED], count[NO_STAGE]
+        parts = [_stage_span(stages)] if stages else []
+        if looped:
+            parts.append(f"{looped} on every stage" if parts else "every stage")
+        if lost:
+            parts.append(f"{lost} on no stage" if parts else "no stage")
+        whys = dict.fromkeys(self.why.get(o, "not in the stage cuts") for o in ops
+                             if self.stage.get(o, NO_STAGE) == NO_STAGE)  # fmt: skip
+        p = self.pipeline
+        if len(ops) == 1:
+            k = stages[0] if stages else None
+            tip = (
+                f"stage {k} of {p.stages} (pipeline over {p.axis!r})"
+                if k is not None
+                else "every stage: a loop each stage runs on its own range of iterations"
+                if looped
+                else f"no stage: {next(iter(whys))}"
+            )
+        else:
+            tip = [f"stage {k}: {_plural(count[k], 'op')}" for k in stages]
+            if looped:
+                tip.append(
+                    f"every stage (a loop, on each stage's iterations): {_plural(looped, 'op')}"
+                )
+            if lost:
+                tip.append(f"no stage: {_plural(lost, 'op')} ({'; '.join(list(whys)[:3])})")
+            tip = "\n".join(tip)
+        fill = style.stage_fill(stages[0]) if len(stages) == 1 and not looped + lost else None
+        return " · ".join(parts), tip, fill
+
+    def send(self, vids: list[int], src: frozenset | None, dst: frozenset | None) -> str:
+        """``send stage 0 → 1`` for an edge carrying values a stage sends to the next, unless
+        both its ends sit on one and the same stage; else ``""``."""
+        if src is not None and src == dst and len(src) == 1 and min(src) >= 0:
+            return ""
+        afters = sorted({a for v in vids for a in self.sends.get(v, ())})
+        if not afters:
+            return ""
+        if len(afters) > 2 and afters[-1] - afters[0] == len(afters) - 1:  # a loop's carry
+            return f"send stage {afters[0]} → {afters[0] + 1} … {afters[-1]} → {afters[-1] + 1}"
+        return "send stage " + ", ".join(f"{a} → {a + 1}" for a in afters)
+
+    def legend(self) -> list[str]:
+        """The legend's cells: the pipeline, then one per stage in its fill."""
+        p = self.pipeline
+        head = f"pipeline over {p.axis}: {p.schedule.kind}, S={p.stages}, M={p.microbatches}"
+        cells = [f"<td>{_html(head)}</td>"]
+        cells += [f'<td bgcolor="{style.stage_fill(k)}">stage {k}</td>' for k in range(p.stages)]
+        unfilled = ["every stage (a loop)"] * bool(self.cuts.looped)
+        unfilled += ["no stage"] * bool(self.cuts.unplaced)
+        if unfilled:
+            cells.append(f"<td>no fill: {' or '.join(unfilled)}</td>")
+        return cells
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 class Attributes:
     """Attribute builders over the drawing's data (``p``, ``state``, ``mesh``, ``sh``, ...)."""
 
@@ -126,6 +225,12 @@ class Attributes:
             )
         elif any(r in self.changed for r in op.results):
             attrs.update(penwidth="2.5", style="rounded,bold")
+        if self.stages is not None:
+            line, why, fill = self.stages.describe([op.id])
+            label += f"\n{line}"
+            tip.insert(1, why)
+            if fill and not reports:
+                attrs.update(style=attrs["style"] + ",filled", fillcolor=fill)
         return self._attrs(label, "\n".join(t for t in tip if t), **attrs)
 
     def _crossing(self, vids: set[int]) -> str:
@@ -169,6 +274,12 @@ class Attributes:
             attrs.update(color=style.CONFLICT, penwidth="3", fillcolor=style.CONFLICT_FILL)
         elif n_changed:
             attrs.update(penwidth="2.5", style="filled,bold")
+        if self.stages is not None:
+            line, why, fill = self.stages.describe(group.ops)
+            lines.insert(1, line)
+            tip = f"{why}\n{tip}"
+            if fill and not reports:
+                attrs["fillcolor"] = fill
         return self._attrs("\n".join(lines), f"{head}\n{tip}", **attrs)
 
     def _io_attrs(self, kind: str, prefix: str, members: list) -> dict[str, str]:
@@ -238,6 +349,17 @@ class Attributes:
             **{"class": "wb-value"},
         )
 
+    def _mark_send(self, attrs: dict[str, str], vids: list[int], src: str, dst: str) -> None:
+        """An edge carrying values a pipeline stage sends to the next says so (first line)."""
+        if self.stages is None:
+            return
+        text = self.stages.send(vids, self._node_stages(src), self._node_stages(dst))
+        if text:
+            axis = self.stages.pipeline.axis
+            attrs["label"] = _esc(text) + ("\\n" + attrs["label"] if attrs["label"] else "")
+            attrs["tooltip"] = _esc(f"{text}: point-to-point over {axis!r}\n") + attrs["tooltip"]
+            attrs["class"] += " wb-send"
+
     def _legend(self, vertical: bool = False) -> dict[str, str]:
         cells = [
             f'<td><font color="{c}">━━ {a} ({self.mesh.axis_size(a)})</font></td>'
@@ -245,8 +367,14 @@ class Attributes:
         ]
         cells.append(f'<td><font color="{style.REPLICATED}">━━ replicated</font></td>')
         cells.append("<td>╌╌ pending sum</td>")
+        staged = self.stages.legend() if self.stages is not None else []
         if vertical:  # a column: narrow beside the folded program's inputs
-            rows = "".join("<tr>" + c.replace("<td>", '<td align="left">') + "</tr>" for c in cells)
+            rows = "".join(
+                "<tr>" + c.replace("<td", '<td align="left"', 1) + "</tr>" for c in cells + staged
+            )
         else:
             rows = f"<tr>{''.join(cells)}</tr>"
+            if staged:  # the pipeline's stages: a row of their own
+                rows += f'<tr><td colspan="{len(cells)}"><table border="0" cellspacing="2"><tr>'
+                rows += f"{''.join(staged)}</tr></table></td></tr>"
         return dict(label=f'<<table border="0" cellspacing="2">{rows}</table>>', shape="plaintext")

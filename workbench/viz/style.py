@@ -28,6 +28,26 @@ CONFLICT = "#D62728"  # an op where propagation stopped
 CONFLICT_FILL = "#FDE0DD"
 
 
+#: Fills of pipeline stages in the program graph, stage 0 first (Paul Tol's "light" scheme,
+#: ordered so neighbours contrast: pale enough under black text, distinct under the common
+#: colour-vision deficiencies; each node also says its stage in words).
+STAGE_FILLS = (
+    "#77AADD",  # light blue
+    "#EEDD88",  # light yellow
+    "#44BBAA",  # mint
+    "#FFAABB",  # pink
+    "#99DDFF",  # light cyan
+    "#BBCC33",  # pear
+    "#EE8866",  # orange
+    "#AAAA00",  # olive
+)
+
+
+def stage_fill(stage: int) -> str:
+    """The fill of pipeline stage ``stage`` (the scheme repeats past eight stages)."""
+    return STAGE_FILLS[stage % len(STAGE_FILLS)]
+
+
 def axis_colors(mesh: Mesh) -> dict[str, str]:
     """Mesh axis -> colour, in mesh order (the palette repeats past eight axes)."""
     return {a: PALETTE[i % len(PALETTE)] for i, a in enumerate(mesh.names)}
