@@ -269,7 +269,6 @@ class Session:
         from workbench.core.lowering import constrained, explicit
         from workbench.core.plan.plan import build_plan
 
-        self._not_pipelined("run or lower")
         if kind not in LOWERINGS:
             hint = closest_names(kind, LOWERINGS) if isinstance(kind, str) else []
             raise InputError(
@@ -277,6 +276,9 @@ class Session:
                 + (f"; did you mean {hint[0]!r}?" if hint else ".")
                 + f" Use one of {list(LOWERINGS)}."
             )
+        pipeline = self._pipeline()
+        if pipeline is not None:
+            return self._lower_pipeline(pipeline, kind, devices, probes)
         if kind == "explicit":
             plan = build_plan(self.program, self.mesh, self.state, probes) if probes else None
             return explicit.lower_explicit(
@@ -306,7 +308,6 @@ class Session:
         `workbench.core.lowering.run.run`)."""
         from workbench.core.lowering.run import run
 
-        self._not_pipelined("run")
         return run(
             self,
             lowering=lowering,
@@ -387,21 +388,48 @@ class Session:
         self._not_pipelined("export as plain JAX")
         return export_jax(self, mode=mode)
 
-    def _not_pipelined(self, what: str) -> None:
-        """Refuse, saying why, to lower a step the schedule pipelines: no lowering runs a
-        pipeline's stages yet (the simulator prices it)."""
+    def _pipeline(self):
         from workbench.core.strategies.pipeline import pipeline_of
 
-        pipeline = pipeline_of(self.program, self.mesh, self.state)
+        return pipeline_of(self.program, self.mesh, self.state)
+
+    def _not_pipelined(self, what: str) -> None:
+        """Refuse, saying why, to write a pipelined step as plain JAX."""
+        pipeline = self._pipeline()
         if pipeline is None:
             return
         step = self.history.index(pipeline.tactic) + 1
         raise WorkbenchError(
             f"cannot {what} step {self.step}: its schedule pipelines the step "
-            f"({pipeline.tactic}, step {step}), and the workbench does not yet run or export a "
-            f"pipelined step; estimate() prices it. Jump to step {step - 1} (session.jump("
-            f"{step - 1})) to {what} the steps before it."
+            f"({pipeline.tactic}, step {step}), which plain JAX shardings cannot say; "
+            f"export_code() writes the schedule, and lower() runs it. Jump to step "
+            f"{step - 1} (session.jump({step - 1})) to {what} the steps before it."
         )
+
+    def _lower_pipeline(self, pipeline, kind: str, devices, probes):
+        """The pipeline lowering (`lowering.pipeline`): explicit, with every other axis
+        replicated for now, and no probes."""
+        from workbench.core.lowering.pipeline import lower_pipeline
+
+        step = self.history.index(pipeline.tactic) + 1
+        if kind != "explicit":
+            raise InputError(
+                f"lowering={kind!r}: a pipelined step (step {step}, {pipeline.tactic}) lowers "
+                "explicitly only, its sends placed by the workbench; use lowering='explicit'."
+            )
+        tiled = sorted({a for sh in self.state.shardings.values() for a in sh.tiled_axes})
+        if tiled:
+            raise WorkbenchError(
+                f"cannot run step {self.step}: it pipelines the step ({pipeline.tactic}, step "
+                f"{step}) and tiles values on {tiled}, and the pipeline lowering runs the other "
+                "axes replicated only (for now); estimate() prices the plan. Apply the "
+                "pipeline alone to run it."
+            )
+        if probes:
+            raise InputError("a pipelined step's lowering returns no intermediate values")
+        p = pipeline
+        lowered = lower_pipeline(self.program, self.mesh, p.axis, p.cuts, p.schedule, devices)
+        return lowered.fn, lowered.mesh
 
     def save(self, path):
         """Write the schedule as a JSON strategy file (data only)."""

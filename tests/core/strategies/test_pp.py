@@ -1,6 +1,7 @@
 """PP, the pipeline strategy: applied like any tactic (undo, save, load, export), checked
-when applied, its stage axis kept free of tiles, and priced by `Session.estimate` with the
-other axes' layouts; lowering it is refused, saying why."""
+when applied, its stage axis kept free of tiles, priced by `Session.estimate` with the
+other axes' layouts, and run by `Session.run` (what its lowering cannot do yet is refused,
+saying why)."""
 
 import json
 
@@ -8,7 +9,7 @@ import pytest
 
 import workbench as wb
 from tests.models import programs as external
-from workbench.core.errors import TacticError, WorkbenchError
+from workbench.core.errors import InputError, TacticError, WorkbenchError
 from workbench.core.propagate.tactics import TacticInputError
 from workbench.core.strategies.pipeline import default_microbatches, pipeline_of
 from workbench.models import build, lm
@@ -123,13 +124,24 @@ def test_pp_saves_loads_and_exports(program, tmp_path):
     assert namespace["build"](program).history == s.history
 
 
-def test_a_pipelined_step_is_not_lowered_and_the_error_says_so(program):
+def test_what_a_pipelined_step_cannot_do_yet_is_refused_saying_why(program):
     s = wb.Session(program, MESH, [wb.PP("stage"), wb.BP("data")])
-    for call in (s.lower, s.export_jax, lambda: s.run(repeats=1)):
-        with pytest.raises(WorkbenchError, match=r"does not yet run or export a pipelined step"):
-            call()
+    with pytest.raises(WorkbenchError, match=r"tiles values on \['data'\], and the pipeline"):
+        s.lower()
+    with pytest.raises(WorkbenchError, match=r"which plain JAX shardings cannot say"):
+        s.export_jax()
+    s.undo()
+    with pytest.raises(InputError, match=r"lowers explicitly only"):
+        s.lower("constrained")
     s.jump(0)
-    s.lower()  # the steps before the pipeline lower as ever
+    s.lower("constrained")  # the steps before the pipeline lower as ever
+
+
+@pytest.mark.slow
+def test_session_runs_a_pipelined_step_and_it_agrees(program):
+    s = wb.Session(program, MESH, [wb.PP("stage", microbatches=4, schedule="1f1b")])
+    result = s.run(repeats=1)
+    assert result.matches, result
 
 
 def test_the_estimate_of_a_pipelined_step_is_its_timeline(program):

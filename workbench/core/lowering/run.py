@@ -26,6 +26,7 @@ from workbench.core.lowering.interpret import Interpreter
 from workbench.core.lowering.rounding import reference_with_scales
 from workbench.core.lowering.verdict import Check, Verdict, check, judge
 from workbench.core.ops.random import sharding_notes
+from workbench.core.strategies.pipeline import pipeline_of
 from workbench.core.units import format_bytes, format_seconds
 
 #: (relative tolerance, absolute floor) per output dtype, for a plain comparison of two runs
@@ -290,6 +291,8 @@ def first_difference(session, flat, *, lowering, devices=None) -> str | None:
     top-level value, in program order, whose partitioned result is farther from float64
     than the verdict allows, with its op and the tactics that shaped it."""
     program, state = session.program, session.state
+    if pipeline_of(program, session.mesh, state) is not None:
+        return None  # the pipeline lowering returns no intermediate values to probe
     floats = (
         v
         for oid in program.body

@@ -1,0 +1,299 @@
+"""A pipelined step's parts: the segments each stage runs per microbatch, what moves
+between stages, and the tick grid a schedule table unrolls into.
+
+The captured step is cut (`anatomy.stages.stage_cuts`) and its ops sorted into:
+
+- *pre*: ops that read only data inputs and constants (a mask, a masked mean's token
+  count), run once on the whole batch before the pipeline, so a reduction over the
+  batch among them is the global one;
+- *segments*: per stage, its forward ops ("F") and backward ops ("B"; split into the
+  input-gradient "B" and the weight-gradient "W" when the schedule splits the backward),
+  run once per microbatch at one microbatch's local shapes;
+- *accumulated* values: sums over the batch a segment leaves pending (a parameter's
+  gradient, the loss's sum), added up over microbatches;
+- *post*: what the outputs need from those sums, the parameters and the pre values (the
+  optimizer, global-norm clipping, the loss's division), run once after the pipeline.
+
+``Parts.fwd[s]``/``bwd[s]`` are the values crossing boundary s | s+1 per microbatch (to
+s+1, back to s); ``saved[s]``: what stage s keeps from its F for its B (and W);
+``wsaved[s]``: what its W needs from its B.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.core.errors import InputError, TacticError
+
+PHASE_KIND = {"forward": "F", "backward": "B"}
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """Where each op of the step runs in a pipeline (see the module docstring)."""
+
+    pre: tuple[int, ...]
+    segments: dict  # (stage, kind) -> top-level op ids, in program order
+    post: tuple[int, ...]
+    home: dict  # segment-made value -> (stage, kind)
+    accumulated: dict  # stage -> values it sums over microbatches
+    fwd: tuple[tuple[int, ...], ...]
+    bwd: tuple[tuple[int, ...], ...]
+    saved: tuple[tuple[int, ...], ...]
+    wsaved: tuple[tuple[int, ...], ...]
+
+
+def reads_of(program, op_ids) -> set[int]:
+    """Top-level values the ops (at any depth) read that none of them makes."""
+    inside = set(op_ids)
+    out = set()
+    for op in program.walk(op_ids):
+        for v in op.linked_operands:
+            if not isinstance(v, int) or program.values[v].region_of is not None:
+                continue
+            made = program.values[v].producer
+            if made is None or made not in inside:
+                out.add(v)
+    return out
+
+
+def _name(program, o: int) -> str:
+    op = program.ops[o]
+    where = f" at {op.source}" if op.source else ""
+    return f"op {o} ({op.primitive}, {op.phase}, {'/'.join(op.scope) or 'top'}{where})"
+
+
+def split_parts(program, cuts, state, axis: str, split_backward: bool) -> Parts:
+    """The parts of ``program`` pipelined along ``cuts``; ``state`` tiles the data inputs
+    over the microbatch axis ``axis`` (a partial sum over it is a sum over microbatches)."""
+    values, ops = program.values, program.ops
+    if cuts.loop is not None or cuts.looped:
+        raise InputError(
+            f"{program.name!r} runs its blocks under a loop (scan); the pipeline lowering runs "
+            "unrolled blocks only so far. Write the layers as repeated modules (unrolled)."
+        )
+    data = {v for v, _ in program.anatomy().data}
+    body = set(program.body)
+    dataonly: set[int] = set(data) | set(program.consts)
+    pre = []
+    for o in program.body:
+        if all(v in dataonly for v in reads_of(program, [o])):
+            pre.append(o)
+            dataonly.update(ops[o].results)
+    pre_set = set(pre)
+    segments: dict = {}
+    home: dict = {}
+    S = len(cuts.stages)
+    for st in cuts.stages:
+        for phase, kind in PHASE_KIND.items():
+            ids = [o for o in getattr(st, phase) if o in body and o not in pre_set]
+            segments[st.index, kind] = sorted(ids)
+            for o in ids:
+                for r in ops[o].results:
+                    home[r] = (st.index, kind)
+    post, accumulated, moved = _post(program, home, dataonly, state, axis)
+    for key, ids in segments.items():
+        segments[key] = [o for o in ids if o not in moved]
+    for o in moved:
+        for r in ops[o].results:
+            home.pop(r, None)
+    if split_backward:
+        _split_weight_gradients(program, segments, home, S)
+    kinds = ("F", "B", "W") if split_backward else ("F", "B")
+    reads = {key: reads_of(program, ids) for key, ids in segments.items()}
+    placed = {o for ids in segments.values() for o in ids} | pre_set
+    for key, rs in reads.items():
+        for v in rs:
+            made = values[v].producer
+            if made is not None and made not in placed and v not in dataonly:
+                raise TacticError(
+                    f"the pipeline's stage {key[0]} reads value {v}, made by "
+                    f"{_name(program, made)}, which no stage runs (stage_cuts left it "
+                    "unplaced); a pipeline needs every forward and backward op on a stage."
+                )
+            _check_order(program, key, v, home)
+
+    def needed_by(v, stages, allowed):
+        return any(v in reads[s, k] for s in stages for k in allowed if (s, k) in reads)
+
+    fwd = tuple(
+        tuple(
+            sorted(
+                v
+                for v, (h, k) in home.items()
+                if k == "F" and h <= s and needed_by(v, range(s + 1, S), kinds)
+            )
+        )
+        for s in range(S - 1)
+    )
+    bwd = tuple(
+        tuple(
+            sorted(
+                v for v, (h, _) in home.items() if h > s and needed_by(v, range(s + 1), kinds[1:])
+            )
+        )
+        for s in range(S - 1)
+    )
+    saved, wsaved = [], []
+    for s in range(S):
+        have = {v for v, (h, k) in home.items() if (h, k) == (s, "F")}
+        have |= set(fwd[s - 1]) if s else set()
+        later = reads[s, "B"] | (reads[s, "W"] if split_backward else set())
+        later |= set(bwd[s - 1]) if s else set()
+        saved.append(tuple(sorted(have & later)))
+        if split_backward:
+            made_b = {v for v, (h, k) in home.items() if (h, k) == (s, "B")}
+            made_b |= set(bwd[s]) if s < S - 1 else set()
+            wsaved.append(tuple(sorted(made_b & reads[s, "W"])))
+        else:
+            wsaved.append(())
+    return Parts(
+        tuple(pre),
+        segments,
+        post,
+        home,
+        accumulated,
+        fwd,
+        bwd,
+        tuple(saved),
+        tuple(wsaved),
+    )
+
+
+def _check_order(program, key, v, home) -> None:
+    """A segment reads only what the schedule's dependencies have made by then."""
+    if v not in home:
+        return
+    s, kind = key
+    h, k = home[v]
+    ok = {
+        "F": k == "F" and h < s,
+        "B": k == "F" or (k == "B" and h > s),
+        "W": k == "F" or (k == "B" and h >= s),
+    }[kind]
+    if not ok:
+        raise TacticError(
+            f"the pipeline's {kind} segment of stage {s} reads value {v}, made by the {k} "
+            f"segment of stage {h} ({_name(program, program.values[v].producer)}), which a "
+            "pipeline schedule does not run before it; the stage cuts do not separate this "
+            "step into forward and backward passes a pipeline can order."
+        )
+
+
+def _split_weight_gradients(program, segments, home, S) -> None:
+    """Zero-bubble: each stage's backward ops into those another stage's backward needs
+    (and their inputs within the stage): "B"; the rest (weight gradients): "W"."""
+    ops, values = program.ops, program.values
+    for s in range(S):
+        ids = segments[s, "B"]
+        mine = set(ids)
+        wanted = set()
+        for (t, _), other in segments.items():
+            if t != s:
+                wanted |= {v for v in reads_of(program, other) if home.get(v) == (s, "B")}
+        keep = set()
+        stack = [values[v].producer for v in wanted]
+        while stack:
+            o = stack.pop()
+            if o in keep or o not in mine:
+                continue
+            keep.add(o)
+            stack.extend(
+                values[v].producer for v in reads_of(program, [o]) if values[v].producer is not None
+            )
+        segments[s, "B"] = [o for o in ids if o in keep]
+        segments[s, "W"] = [o for o in ids if o not in keep]
+        for o in segments[s, "W"]:
+            for r in ops[o].results:
+                home[r] = (s, "W")
+
+
+def _post(program, home, dataonly, state, axis):
+    """The ops the outputs need after the pipeline; per stage the sums it accumulates; and
+    the segment ops moved after it (they read such sums: a loss's division by a count)."""
+    values = program.values
+    post, accumulated, moved, seen = set(), {}, set(), set()
+    stack = [v for v in program.outputs if isinstance(v, int)]
+    while stack:
+        v = stack.pop()
+        if v in seen or v in dataonly or values[v].producer is None:
+            continue
+        seen.add(v)
+        o = values[v].producer
+        if v in home:
+            layout = state.shardings[v]
+            if layout.reduction_of(axis) == "sum" and not layout.tiled_axes:
+                accumulated.setdefault(home[v][0], set()).add(v)
+                continue
+            if layout.uses(axis):
+                raise TacticError(
+                    f"after the pipeline, the step reads value {v} {layout}, made per "
+                    f"microbatch by {_name(program, o)}, which is neither a sum over the batch "
+                    "nor the same for every microbatch; the update can run once only on sums "
+                    "over microbatches."
+                )
+            moved.add(o)  # the same for every microbatch: run it once more, after
+        if o not in post:
+            post.add(o)
+            stack.extend(reads_of(program, [o]))
+    order = {o: i for i, o in enumerate(program.body)}
+    sums = {v for vs in accumulated.values() for v in vs}
+    made, after = set(sums), set()
+    for o in sorted(moved, key=order.__getitem__):
+        if reads_of(program, [o]) & made:
+            after.add(o)
+            made.update(program.ops[o].results)
+    return (
+        tuple(sorted(post, key=order.__getitem__)),
+        {s: tuple(sorted(vs)) for s, vs in accumulated.items()},
+        after,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """One step of the unrolled pipeline: per stage, the work it runs (None: idle), and the
+    messages it stores at the tick's start: ("fin"|"bin", microbatch)."""
+
+    work: tuple
+    stores: tuple
+
+
+def ticks(schedule) -> tuple[Tick, ...]:
+    """The schedule's table unrolled into ticks: each stage runs its row in order, a work
+    item as soon as what it needs arrived (F(s,m) after F(s-1,m)'s tick, B(s,m) after
+    B(s+1,m)'s); a value sent in one tick is stored at the start of the next."""
+    S = schedule.stages
+    pos, done, out, arriving = [0] * S, {}, [], [[] for _ in range(S)]
+    total = sum(len(r) for r in schedule.table)
+    t = 0
+    while sum(pos) < total:
+        work, sent = [], [[] for _ in range(S)]
+        for s, row in enumerate(schedule.table):
+            w = row[pos[s]] if pos[s] < len(row) else None
+            if w is not None and _ready(w, s, S, done, t):
+                pos[s] += 1
+                done[w.kind, s, w.microbatch] = t
+                if w.kind == "F" and s < S - 1:
+                    sent[s + 1].append(("fin", w.microbatch))
+                if w.kind == "B" and s > 0:
+                    sent[s - 1].append(("bin", w.microbatch))
+                work.append(w)
+            else:
+                work.append(None)
+        if all(w is None for w in work):  # pragma: no cover - tables are checked
+            raise InputError(f"the {schedule.kind!r} schedule's table deadlocks at tick {t}")
+        out.append(Tick(tuple(work), tuple(tuple(a) for a in arriving)))
+        arriving = sent
+        t += 1
+    if any(arriving):
+        out.append(Tick((None,) * S, tuple(tuple(a) for a in arriving)))
+    return tuple(out)
+
+
+def _ready(w, s, S, done, t) -> bool:
+    if w.kind == "F":
+        return s == 0 or done.get(("F", s - 1, w.microbatch), t) < t
+    if w.kind == "B":
+        return s == S - 1 or done.get(("B", s + 1, w.microbatch), t) < t
+    return True
