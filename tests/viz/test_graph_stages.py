@@ -98,12 +98,16 @@ def test_values_a_stage_sends_to_the_next_are_marked(piped):
     assert {a["label"].split("\n")[0] for _, _, a in marked} == {
         f"send stage {k} → {k + 1}" for k in range(3)
     }
+    onward = {src: dst for src, dst, _ in flow(g)}  # through the send's collective node
+    back = {dst: src for src, dst, _ in flow(g)}
     for src, dst, attrs in marked:
         name = attrs["tooltip"].split("\n")[1].split(":")[0]
         k = names[name]
         assert attrs["label"].startswith(f"send stage {k} → {k + 1}\n")
         assert "wb-send" in attrs["class"]
-        assert src != dst and cuts.stage_of(int(dst[2:])) > k >= cuts.stage_of(int(src[2:]))
+        reader = dst if dst.startswith("op") else onward[dst]
+        maker = src if src.startswith("op") else back[src]
+        assert src != dst and cuts.stage_of(int(reader[2:])) > k >= cuts.stage_of(int(maker[2:]))
     # an edge carrying nothing a stage sends is not marked
     unmarked = [a for *_, a in flow(g) if "send" not in a["label"]]
     assert unmarked and all("wb-send" not in a["class"] for a in unmarked)

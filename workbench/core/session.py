@@ -241,8 +241,13 @@ class Session:
         """Every collective the partitioned program performs: kind, value, axes, bytes and why
         (a list that displays as a summary: counts and bytes by kind and axes, the largest)."""
         from workbench.core.plan.collective_list import Collectives
+        from workbench.core.plan.sends import pipeline_sends
 
-        return Collectives(self.plan().collectives, self.program, self.history)
+        pipe = self._pipeline()  # a pipeline's sends join the plan's collectives
+        sends = pipeline_sends(
+            self.program, self.mesh, self.state, pipe, pipe and self._piped() - 1
+        )
+        return Collectives([*self.plan().collectives, *sends], self.program, self.history)
 
     def estimate(self, hardware=None, *, overlap="none", step: int | None = None):
         """The simulator's estimate of one step per device on ``hardware`` (default: the host CPU
@@ -393,12 +398,16 @@ class Session:
 
         return pipeline_of(self.program, self.mesh, self.state)
 
+    def _piped(self) -> int:
+        """The step that pipelines (the first whose state holds the pipeline)."""
+        return next(i for i in range(1, self._cursor + 1) if self._states[i].pipeline)
+
     def _not_pipelined(self, what: str) -> None:
         """Refuse, saying why, to write a pipelined step as plain JAX."""
         pipeline = self._pipeline()
         if pipeline is None:
             return
-        step = self.history.index(pipeline.tactic) + 1
+        step = self._piped()
         raise WorkbenchError(
             f"cannot {what} step {self.step}: its schedule pipelines the step "
             f"({pipeline.tactic}, step {step}), which plain JAX shardings cannot say; "
@@ -407,28 +416,22 @@ class Session:
         )
 
     def _lower_pipeline(self, pipeline, kind: str, devices, probes):
-        """The pipeline lowering (`lowering.pipeline`): explicit, with every other axis
-        replicated for now, and no probes."""
+        """The pipeline lowering (`lowering.pipeline`): explicit, the other axes laid out as
+        the state says, and no probes."""
         from workbench.core.lowering.pipeline import lower_pipeline
 
-        step = self.history.index(pipeline.tactic) + 1
+        step = self._piped()
         if kind != "explicit":
             raise InputError(
                 f"lowering={kind!r}: a pipelined step (step {step}, {pipeline.tactic}) lowers "
                 "explicitly only, its sends placed by the workbench; use lowering='explicit'."
             )
-        tiled = sorted({a for sh in self.state.shardings.values() for a in sh.tiled_axes})
-        if tiled:
-            raise WorkbenchError(
-                f"cannot run step {self.step}: it pipelines the step ({pipeline.tactic}, step "
-                f"{step}) and tiles values on {tiled}, and the pipeline lowering runs the other "
-                "axes replicated only (for now); estimate() prices the plan. Apply the "
-                "pipeline alone to run it."
-            )
         if probes:
             raise InputError("a pipelined step's lowering returns no intermediate values")
         p = pipeline
-        lowered = lower_pipeline(self.program, self.mesh, p.axis, p.cuts, p.schedule, devices)
+        lowered = lower_pipeline(
+            self.program, self.mesh, p.axis, p.cuts, p.schedule, devices, self.state
+        )
         return lowered.fn, lowered.mesh
 
     def save(self, path):

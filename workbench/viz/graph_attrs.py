@@ -93,9 +93,9 @@ class StageMarks:
 
     def __init__(self, pipeline):
         cuts = self.cuts = pipeline.cuts
-        self.pipeline = pipeline
-        self.stage = {
-            o: s.index for s in cuts.stages for o in (*s.forward, *s.backward, *s.optimizer)
+        self.pipeline, S = pipeline, pipeline.stages
+        self.stage = {  # a model chunk's ops on the stage running it (virtual stage g: g % S)
+            o: s.index % S for s in cuts.stages for o in (*s.forward, *s.backward, *s.optimizer)
         }
         self.stage.update(dict.fromkeys(cuts.looped, LOOPED))
         self.why = dict(cuts.unplaced)
@@ -150,14 +150,16 @@ class StageMarks:
         afters = sorted({a for v in vids for a in self.sends.get(v, ())})
         if not afters:
             return ""
+        S = self.pipeline.stages
         if len(afters) > 2 and afters[-1] - afters[0] == len(afters) - 1:  # a loop's carry
             return f"send stage {afters[0]} → {afters[0] + 1} … {afters[-1]} → {afters[-1] + 1}"
-        return "send stage " + ", ".join(f"{a} → {a + 1}" for a in afters)
+        return "send stage " + ", ".join(f"{a % S} → {(a + 1) % S}" for a in afters)
 
     def legend(self) -> list[str]:
         """The legend's cells: the pipeline, then one per stage in its fill."""
         p = self.pipeline
         head = f"pipeline over {p.axis}: {p.schedule.kind}, S={p.stages}, M={p.microbatches}"
+        head += f", v={p.schedule.virtual_stages}" if p.schedule.virtual_stages > 1 else ""
         cells = [f"<td>{_html(head)}</td>"]
         cells += [f'<td bgcolor="{style.stage_fill(k)}">stage {k}</td>' for k in range(p.stages)]
         unfilled = ["every stage (a loop)"] * bool(self.cuts.looped)

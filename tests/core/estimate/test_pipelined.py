@@ -141,7 +141,7 @@ def test_bad_inputs_say_what_would_work():
         price_pipeline(p, 3, 4, HW)
     with pytest.raises(InputError, match="is not one the workbench knows"):
         price_pipeline(p, 2, 4, HW, schedule="1f1bb")
-    with pytest.raises(InputError, match="pricing model chunks is not done yet"):
+    with pytest.raises(InputError, match="2 stages x 2 model chunks need 4 repeated blocks"):
         price_pipeline(p, 2, 4, HW, schedule="interleaved", virtual_stages=2)
     with pytest.raises(InputError, match="overlap='prefetch'"):
         price_pipeline(p, 2, 4, HW, overlap="prefetch")

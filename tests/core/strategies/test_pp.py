@@ -33,6 +33,15 @@ def test_pp_cuts_the_blocks_over_its_axis_and_tiles_nothing(program):
     assert pipeline_of(program, s.mesh, s.state) is None
 
 
+def test_microbatches_must_split_what_each_device_holds(program):
+    with pytest.raises(TacticError, match=r"each device holds 4 of the batch's examples"):
+        wb.Session(program, MESH, [wb.PP("stage", microbatches=8), wb.BP("data")])
+    s = wb.Session(program, MESH, [wb.PP("stage"), wb.BP("data")])  # as many as fit
+    assert pipeline_of(program, MESH, s.state).microbatches == 4
+    s.undo()
+    assert pipeline_of(program, MESH, s.state).microbatches == 8
+
+
 def test_pp_composes_with_strategies_on_the_other_axes(program):
     mesh = wb.Mesh({"stage": 2, "data": 2, "model": 2})
     s = wb.Session(program, mesh, [wb.PP("stage", stages=[1]), wb.BP("data"), wb.MP("model")])
@@ -63,7 +72,7 @@ def test_a_tactic_on_the_stage_axis_is_refused_and_changes_nothing(program, tact
         ([], wb.PP("stage", microbatches=3), r"microbatches=3 does not divide the batch of 8"),
         ([], wb.PP("stage", stages=[1, 2]), r"stage starts \(1, 2\) are not 3 block indices"),
         ([], wb.PP("stage", stages=[2, 1, 3]), r"must increase strictly"),
-        ([], wb.PP("stage", virtual_stages=2), r"not yet priced or run; give virtual_stages=1"),
+        ([], wb.PP("stage", virtual_stages=2), r"'1f1b' schedule runs one model chunk per stage"),
         ([], wb.PP("stage", schedule="interleaved"), r"interleaved schedule needs virtual_stag"),
         ([], wb.PP("pipe"), r"axis 'pipe' is not in Mesh"),
     ],
@@ -126,8 +135,11 @@ def test_pp_saves_loads_and_exports(program, tmp_path):
 
 def test_what_a_pipelined_step_cannot_do_yet_is_refused_saying_why(program):
     s = wb.Session(program, MESH, [wb.PP("stage"), wb.BP("data")])
-    with pytest.raises(WorkbenchError, match=r"tiles values on \['data'\], and the pipeline"):
-        s.lower()
+    s.lower()  # the other axes' layouts lower with it
+    scan = build("lm_scan", lm.Config.preset("tiny", n_layers=4), abstract=True)
+    looped = wb.Session(wb.capture(scan.fn, *scan.args), MESH, [wb.PP("stage", microbatches=4)])
+    with pytest.raises(InputError, match=r"runs its blocks under a loop \(scan\)"):
+        looped.lower()
     with pytest.raises(WorkbenchError, match=r"which plain JAX shardings cannot say"):
         s.export_jax()
     s.undo()
@@ -148,9 +160,7 @@ def test_the_estimate_of_a_pipelined_step_is_its_timeline(program):
     plain = wb.Session(program, MESH, [wb.BP("data")]).estimate("h100")
     by = {}
     for kind in ("gpipe", "1f1b", "zero-bubble"):
-        s = wb.Session(
-            program, MESH, [wb.PP("stage", microbatches=8, schedule=kind), wb.BP("data")]
-        )
+        s = wb.Session(program, MESH, [wb.PP("stage", microbatches=8, schedule=kind)])
         e = by[kind] = s.estimate("h100")
         pe = e.pipeline
         assert pe is not None and pe.schedule.kind == kind
@@ -187,3 +197,33 @@ def test_estimate_prices_a_third_party_pipeline():
     pe = s.estimate("h100").pipeline
     assert len(pe.cuts.stages) == 2 and all(st.blocks for st in pe.cuts.stages)
     assert 0 < pe.bubble_share < 1 and all(x > 0 for x in pe.forward)
+
+
+@pytest.mark.slow
+def test_auto_tries_pipelines_and_can_choose_one():
+    ex = build("lm", lm.Config.preset("small", n_layers=8, batch=32))
+    p = wb.capture(ex.fn, *ex.args)
+    mesh = wb.Mesh({"stage": 4, "data": 2})
+    s = wb.Session(p, mesh, [wb.Auto(("stage", "data"), goal="memory", budget=50)])
+    report = s.history[-1].report(p, mesh, s.state_at(0))
+    tried = [c.name for c in report.candidates if c.name.startswith("PP(")]
+    assert "PP('stage', microbatches=8, schedule='zero-bubble')" in tried
+    assert s.state.pipeline is not None  # the least memory: a pipeline of many microbatches
+    chosen = pipeline_of(p, mesh, s.state)
+    e = s.estimate("h100")
+    assert e.pipeline.schedule == chosen.schedule
+    plain = wb.Session(p, mesh, [wb.BP("stage"), wb.BP("data")]).estimate("h100")
+    assert e.memory.peak < plain.memory.peak
+
+
+def test_the_collective_plan_lists_the_sends_with_their_why(program):
+    s = wb.Session(program, MESH, [wb.BP("data"), wb.PP("stage", microbatches=4)])
+    sends = [c for c in s.collectives() if c.kind == "collective-permute"]
+    cuts = pipeline_of(program, MESH, s.state).cuts
+    crossing = [v for b in cuts.boundaries for v in b.values]
+    assert sorted(c.value for c in sends) == sorted(crossing * 2)  # forward, and the gradient
+    assert all(c.axes == ("stage",) and c.count == 4 and c.tactic == 1 for c in sends)
+    assert any("sends the gradient of each microbatch's" in c.why for c in sends)
+    stream = program.values[crossing[0]]
+    assert sends[0].bytes == stream.nbytes // 2 // 4  # BP halves it, a microbatch is a quarter
+    assert not [c for c in s.undo().collectives() if c.kind == "collective-permute"]

@@ -4,21 +4,25 @@
 (`anatomy.stages.stage_cuts`), prices every op of the unpartitioned program on one device
 (`Compute`: the roofline plus `op_overhead` per kernel, and the transposed operand copies)
 and adds up each stage's forward, backward and optimizer ops. One microbatch: an op that
-touches the batch dimension takes its roofline / M and its kernel's whole overhead; one
-that does not (a cast of a weight) runs whole on every microbatch. An approximation: a
-kernel at 1/M of the work runs at the same rate (no slower small kernels). Ops under a
-loop whose iterations the stages split count on each stage by its share of the blocks.
+touches the batch dimension takes its roofline / M and its kernel's whole overhead (no
+slower small kernels); one that does not (a cast of a weight) runs whole on every
+microbatch. Ops under a loop the stages split count on each by its share of the blocks.
 
-Zero-bubble splits a stage's backward into B (the input gradient) and W (the weight
-gradient): W is the backward ops whose results flow only into parameter gradients
-(`anatomy.gradients`), found from the last backward op up; a loop's backward stays in B.
+Zero-bubble splits a stage's backward into B (input gradient) and W (weight gradient): W
+is the backward ops whose results flow only into parameter gradients (`anatomy.gradients`),
+found from the last backward op up; a loop's backward stays in B.
 
 Point-to-point: one microbatch's boundary bytes (a value with the batch dimension / M)
 over the link between neighbouring stages, stage s on device s: the innermost level
 whose group holds both (`permute_time`). Step: the timeline's makespan plus the slowest
-stage's optimizer (it runs once, after the flush). Memory per stage: model state (its
-parameters, their optimizer state, the gradients its optimizer ops read; a tied parameter
-counts on every stage holding it) + peak in flight x the activations its backward reads.
+stage's optimizer (once, after the flush). Memory per stage: model state (its parameters,
+their optimizer state, the gradients its optimizer ops read; a tied parameter counts on
+every stage holding it) + peak in flight x the activations its backward reads.
+
+Interleaved (v chunks per stage): chunk c of stage s is virtual stage c*S + s, priced as a
+stage; a stage's state is its chunks' together, its peak the most chunk-microbatches in
+flight x its largest chunk's activations; link s -> (s+1) % S (S-1 -> 0 too) carries the
+largest chunk boundary crossing it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import math
 from dataclasses import dataclass
 
 from workbench.core.anatomy.stages import StageCuts, stage_cuts
-from workbench.core.errors import InputError, given
+from workbench.core.errors import InputError
 from workbench.core.estimate.communication import Communication
 from workbench.core.estimate.compute import Compute
 from workbench.core.estimate.overlap import check_overlap
@@ -39,7 +43,8 @@ from workbench.core.layout.state import State
 from workbench.core.plan.plan import build_plan
 from workbench.core.plan.schedule import Schedule
 from workbench.core.plan.schedule import schedule as build_schedule
-from workbench.core.strategies.pipeline import batch_size
+from workbench.core.plan.sends import batched_values
+from workbench.core.strategies.pipeline import batch_size, check_chunks
 
 STATE = ("parameters", "gradients", "optimizer")
 
@@ -49,10 +54,13 @@ class PipelineEstimate:
     """One pipelined step, per stage (seconds; bytes).
 
     ``forward``/``backward``/``weight``: one microbatch's F, B and W (W is 0 unless the
-    schedule splits the backward, then B is the input gradient alone); ``p2p``: one
-    send per link s -> s+1; ``optimizer``: once per step; ``state``: model state by
-    category; ``activations``: one microbatch's bytes the backward reads; ``peak``: state
-    + peak in flight x activations."""
+    schedule splits the backward, then B is the input gradient alone), over all its
+    chunks; ``p2p``: one send per link s -> s+1 (with chunks S links, the last S-1 -> 0);
+    ``optimizer``: once per step; ``state``: model state by category; ``activations``: one
+    microbatch's bytes the backward reads; ``peak``: state + peak in flight x activations.
+    ``cuts`` holds the S*v virtual stages; ``chunks``: per stage, per chunk (F, B, W,
+    activation bytes); ``link_sends``: per link, one microbatch's sends over it one way
+    (seconds, every chunk boundary crossing it)."""
 
     hardware: str
     schedule: Schedule
@@ -69,6 +77,16 @@ class PipelineEstimate:
     peak: tuple[int, ...]
     flops: tuple[float, ...] = ()  # per stage per step
     kernels: tuple[int, ...] = ()
+    chunks: tuple[tuple[tuple[float, float, float, int], ...], ...] = ()
+    link_sends: tuple[float, ...] = ()
+
+    def sends_s(self, stage: int) -> float:
+        """Seconds of sends stage ``stage`` takes part in per step: per microbatch, one
+        permute over the link out of it (the activation; it receives one meanwhile) and one
+        over the link into it (the gradient back)."""
+        S, M, n = self.schedule.stages, self.schedule.microbatches, len(self.link_sends)
+        links = {k for k in (stage - 1, stage) if n == S or 0 <= k < n}
+        return M * sum(self.link_sends[k % S] for k in links)
 
     def busy(self, stage: int) -> float:
         """Seconds stage ``stage`` works in a step: M times its passes, and its optimizer."""
@@ -93,8 +111,9 @@ class PipelineEstimate:
 
     def __str__(self) -> str:
         s = self.schedule
+        v = f" v={s.virtual_stages}" if s.virtual_stages > 1 else ""
         rows = [
-            f"{s.kind} pipeline on {self.hardware}: S={s.stages} M={s.microbatches}: step "
+            f"{s.kind} pipeline on {self.hardware}: S={s.stages} M={s.microbatches}{v}: step "
             f"{self.step_s:.4g} s, bubble {self.bubble_s:.4g} s (share {self.bubble_share:.3f})"
         ]
         for i in range(s.stages):
@@ -119,7 +138,8 @@ def price_pipeline(
 ) -> PipelineEstimate:
     """Price ``program``'s step as a pipeline with nothing else partitioned (see the module
     docstring). ``overlap``: "none" (each send delays its reader), "full" (sends hide) or
-    the fraction that hides. ``layers``: where stages start (`stage_cuts`)."""
+    the fraction that hides. ``layers``: where stages (virtual stages, with
+    ``virtual_stages`` > 1 and schedule "interleaved") start (`stage_cuts`)."""
     hw = resolve(hardware)
     hide = _hidden(overlap)
     batch = batch_size(program)
@@ -131,12 +151,8 @@ def price_pipeline(
             f"({program.name!r}'s data inputs); give one of {fits}"
         )
     sched = build_schedule(schedule, stages, microbatches, virtual_stages)
-    if virtual_stages != 1:
-        raise InputError(
-            f"virtual_stages={given(virtual_stages)}: pricing model chunks is not done yet; "
-            "give virtual_stages=1 (schedules 'gpipe', '1f1b', 'zero-bubble')"
-        )
-    cuts = stage_cuts(program, stages, layers=layers)
+    check_chunks(program, stages, virtual_stages)
+    cuts = stage_cuts(program, stages * virtual_stages, layers=layers)
     mesh = Mesh({"d": 1})
     state = State.initial(program)
     priced = _Priced(program, hw, cuts, microbatches, mesh, state, build_plan(program, mesh, state))
@@ -169,27 +185,36 @@ def _hidden(overlap) -> float:
 
 
 def _timeline(priced, sched, hw, hide: float, stride: int) -> PipelineEstimate:
-    cuts, split = priced.cuts, sched.split_backward
-    fwd, bwd, wgt, opt = [], [], [], []
-    for st in cuts.stages:
-        f, b, w, o = priced.stage_times(st)
-        fwd.append(f)
-        bwd.append(b if split else b + w)
-        wgt.append(w if split else 0.0)
-        opt.append(o)
-    work = [priced.stage_work(st) for st in cuts.stages]
-    links, p2p = priced.sends(stride)
-    timeline = simulate(sched, fwd, bwd, wgt, [t * (1 - hide) for t in p2p] or 0.0)
-    state = [priced.model_state(st) for st in cuts.stages]
-    acts = [priced.activation_bytes(st) for st in cuts.stages]
-    peak = tuple(
-        sum(state[s].values()) + round(timeline.peak_in_flight[s] * acts[s])
-        for s in range(sched.stages)
+    S, v, split = sched.stages, sched.virtual_stages, sched.split_backward
+    virtual = priced.cuts.stages  # chunk c of stage s: virtual stage c*S + s
+    chunks = [[virtual[c * S + s] for c in range(v)] for s in range(S)]
+    times = [[priced.stage_times(st) for st in row] for row in chunks]
+    per = {  # per stage, per chunk
+        "F": [[f for f, _, _, _ in row] for row in times],
+        "B": [[b if split else b + w for _, b, w, _ in row] for row in times],
+        "W": [[w if split else 0.0 for _, _, w, _ in row] for row in times],
+    }
+    opt = [sum(o for *_, o in row) + priced.once_per_stage() for row in times]
+    work = [[priced.stage_work(st) for st in row] for row in chunks]
+    links, p2p, link_sends = priced.sends(stride, S, v)
+    durations = {k: [x[0] for x in rows] if v == 1 else rows for k, rows in per.items()}
+    timeline = simulate(
+        sched, durations["F"], durations["B"], durations["W"], [t * (1 - hide) for t in p2p] or 0.0
     )
+    state = [priced.model_state(row) for row in chunks]
+    acts = [[priced.activation_bytes(st) for st in row] for row in chunks]
+    peak = tuple(
+        sum(state[s].values()) + round(timeline.peak_chunks[s] * max(acts[s])) for s in range(S)
+    )
+    detail = tuple(
+        tuple(zip(per["F"][s], per["B"][s], per["W"][s], acts[s], strict=True)) for s in range(S)
+    )
+    total = {k: tuple(sum(row) for row in rows) for k, rows in per.items()}
     return PipelineEstimate(
-        hw.name, sched, cuts, timeline, tuple(fwd), tuple(bwd), tuple(wgt), tuple(p2p),
-        tuple(links), tuple(opt), tuple(state), tuple(acts), peak,
-        tuple(w for w, _ in work), tuple(k for _, k in work),
+        hw.name, sched, priced.cuts, timeline, total["F"], total["B"], total["W"], tuple(p2p),
+        tuple(links), tuple(opt), tuple(state), tuple(sum(a) for a in acts), peak,
+        tuple(sum(f for f, _ in row) for row in work),
+        tuple(sum(k for _, k in row) for row in work), detail, tuple(link_sends),
     )  # fmt: skip
 
 
@@ -204,11 +229,7 @@ class _Priced:
         self.categories = compute.static.categories
         anatomy = program.anatomy()
         self.anatomy = anatomy
-        dims, batch = anatomy.classes, anatomy.batch_class
-        values = program.values
-        self.batched = {  # values with the batch dimension: 1/M of them per microbatch
-            v.id for v in values if batch is not None and batch in dims.dims_of(v.id, len(v.shape))
-        }
+        self.batched = batched_values(program)  # 1/M of each per microbatch
         self.time: dict[int, tuple[float, float]] = {}  # op -> (scaled s, whole s) per step
         self.once = 0.0  # collectives for the program's outputs: once per step
         self.work: dict[int, tuple[float, int]] = {}  # op -> (FLOPs, kernels) per step
@@ -270,7 +291,8 @@ class _Priced:
         return w
 
     def stage_times(self, st) -> tuple[float, float, float, float]:
-        """One microbatch's F, B (input gradient), W seconds, and the optimizer's per step."""
+        """One microbatch's F, B (input gradient), W seconds on (virtual) stage ``st``, and
+        its optimizer ops' per step."""
         share = len(st.blocks) / self.n_blocks
         f = b = w = o = 0.0
         staged = [
@@ -293,8 +315,12 @@ class _Priced:
                     w += per_mb * part
                 else:
                     b += per_mb * part
-        o += sum(self.time.get(op_id, (0.0, 0.0))[1] for op_id, _ in self.cuts.unplaced)
-        return f, b, w, o + self.once
+        return f, b, w, o
+
+    def once_per_stage(self) -> float:
+        """What every stage runs once a step beside its chunks' optimizers: the ops reading
+        several stages' values (`StageCuts.unplaced`), the collectives for the outputs."""
+        return sum(self.time.get(o, (0.0, 0.0))[1] for o, _ in self.cuts.unplaced) + self.once
 
     def stage_work(self, st) -> tuple[float, int]:
         """The stage's FLOPs and kernels per step (a forward or backward kernel launches once
@@ -316,29 +342,35 @@ class _Priced:
         n = self.nbytes(v)
         return n / self.M if v in self.batched else n
 
-    def sends(self, stride: int) -> tuple[list[str], list[float]]:
-        """Per link s -> s+1: the level it runs on and one microbatch's send. Stage s runs
-        on device ``s * stride`` (the stage axis's stride in the mesh's device order)."""
-        names, times = [], []
-        groups = self.hw.group_devices
+    def sends(self, stride: int, S: int, v: int) -> tuple[list[str], list[float], list[float]]:
+        """Per link s -> (s+1) % S (S-1 links; S with chunks): the level it runs on, the
+        largest one-microbatch send of the chunk boundaries crossing it, and their sum.
+        Stage s runs on device ``s * stride`` (the stage axis's stride in the mesh's order)."""
+        n = S if v > 1 else S - 1
+        largest, total = [0.0] * n, [0.0] * n
         for b in self.cuts.boundaries:
-            a, z = b.after * stride, (b.after + 1) * stride
-            level = next(
-                (i for i, g in enumerate(groups) if g is None or a // g == z // g),
-                len(groups) - 1,
-            )
-            link = self.hw.links[level]
-            bw, lat = link.figures_for("collective-permute")
-            nbytes = sum(self.nbytes_per_mb(v) for v in b.values)
-            names.append(link.name)
-            times.append(permute_time(nbytes, bw, lat) if nbytes else 0.0)
-        return names, times
+            nbytes = sum(self.nbytes_per_mb(x) for x in b.values)
+            bw, lat = self._link(b.after % S, S, stride).figures_for("collective-permute")
+            t = permute_time(nbytes, bw, lat) if nbytes and S > 1 else 0.0  # S=1: no send
+            k = b.after % S
+            largest[k], total[k] = max(largest[k], t), total[k] + t
+        return [self._link(k, S, stride).name for k in range(n)], largest, total
 
-    def model_state(self, st) -> dict[str, int]:
-        """Parameters, their optimizer state, and the gradients the stage's optimizer reads."""
+    def _link(self, s: int, S: int, stride: int):
+        """The innermost level whose group holds stage s's device and stage (s+1) % S's."""
+        a, z = s * stride, (s + 1) % S * stride
+        groups = self.hw.group_devices
+        level = next(
+            (i for i, g in enumerate(groups) if g is None or a // g == z // g), len(groups) - 1
+        )
+        return self.hw.links[level]
+
+    def model_state(self, chunks) -> dict[str, int]:
+        """Parameters, their optimizer state, and the gradients the optimizer reads, of a
+        stage's ``chunks`` together (a parameter two chunks read counts once)."""
         p, cat = self.program, self.categories
         out = dict.fromkeys(STATE, 0)
-        for q in st.parameters:
+        for q in dict.fromkeys(q for st in chunks for q in st.parameters):
             out["parameters"] += self.nbytes(q)
             out["optimizer"] += sum(self.nbytes(x) for x in self.anatomy.state.get(q, ()))
         owned = {x for q in self.anatomy.parameters for x in self.anatomy.state.get(q, ())}
@@ -348,7 +380,7 @@ class _Priced:
         looped = [o for o in self.cuts.looped if p.ops[o].phase == "optimizer"]
         grads = {
             v
-            for o in (*st.optimizer, *looped)
+            for o in (*(o for st in chunks for o in st.optimizer), *looped)
             for v in p.ops[o].operands
             if isinstance(v, int) and cat[v] == "gradients"
         }

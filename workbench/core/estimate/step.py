@@ -151,9 +151,9 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
 def _pipelined(program, mesh, state, plan, hardware, pipeline, overlap) -> Estimate:
     """A pipelined step as an `Estimate` (see ``Estimate.pipeline``)."""
     pe = price_planned(program, mesh, state, plan, hardware, pipeline, overlap)
-    S, M = pe.schedule.stages, pe.schedule.microbatches
+    S = pe.schedule.stages
     busiest = max(range(S), key=pe.busy)
-    sends = M * sum(pe.p2p[k] for k in (busiest - 1, busiest) if 0 <= k < len(pe.p2p))
+    sends = pe.sends_s(busiest)
     at = max(range(S), key=lambda s: pe.peak[s])
     held = dict(pe.state[at])
     in_flight = pe.peak[at] - sum(held.values())
@@ -165,10 +165,10 @@ def _pipelined(program, mesh, state, plan, hardware, pipeline, overlap) -> Estim
     return Estimate(
         hardware=hardware.name,
         compute_s=pe.busy(busiest),
-        communication_s=2 * sends,
+        communication_s=sends,
         step_s=pe.step_s,
         overlap=overlap,
-        by_kind={**dict.fromkeys(KINDS, 0.0), "collective-permute": 2 * sends},
+        by_kind={**dict.fromkeys(KINDS, 0.0), "collective-permute": sends},
         flops=pe.flops[busiest],
         memory=memory,
         ops=(),

@@ -94,6 +94,7 @@ class State:
     parts: Mapping[int, tuple[Any, ...]] = field(
         default_factory=lambda: MappingProxyType({}), repr=False
     )  # per composite tactic of the schedule, the primitive tactics it ran, in order
+    pipeline: Any = None  # the tactic that pipelines the step (``PP``), alone or in a composite
 
     @property
     def order(self) -> tuple[Provenance, ...]:

@@ -6,15 +6,19 @@ builds one ``shard_map`` program: in each tick every device along ``axis`` runs 
 work item (``lax.switch`` on its index), then ``ppermute`` moves the activations sent to the
 next stage and the cotangents sent to the previous one. A segment runs at one
 microbatch's local shapes, interpreted like the explicit lowering with the microbatches as
-a mesh axis walked in time. What a stage keeps between its passes lives in slots reused
+a mesh axis walked in time: the microbatch state is the session's state (its layouts on
+the other axes) with the batch tiled further over a "microbatch" axis, so a segment performs
+the plan's collectives over the other axes and takes its microbatch's block where the plan
+would slice the microbatch axis. What a stage keeps between its passes lives in slots reused
 once a microbatch is done (GPipe holds M in flight, 1F1B at most S). Sums over the batch
-accumulate over microbatches; the update then runs once, as unpartitioned.
+accumulate over microbatches (still pending over the other axes); what runs once before and
+after the pipeline (a token count, the update) runs as the explicit lowering runs it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import jax
 import jax.numpy as jnp
@@ -25,52 +29,65 @@ from workbench.core.dtypes import is_extended
 from workbench.core.errors import InputError, TacticError, given
 from workbench.core.ir.program import Lit
 from workbench.core.layout.mesh import Mesh
-from workbench.core.layout.redistribute import as_layout, layout_key
+from workbench.core.layout.redistribute import as_layout, layout_key, redistribute
 from workbench.core.layout.state import State
-from workbench.core.lowering.explicit import _Explicit, in_mesh, jax_mesh
-from workbench.core.lowering.interpret import Interpreter, literal
-from workbench.core.lowering.pipeline_segments import Parts, reads_of, split_parts, ticks
+from workbench.core.lowering.explicit import _Explicit, in_mesh, jax_mesh, spec
+from workbench.core.lowering.interpret import literal
+from workbench.core.lowering.pipeline_buffers import POOLS, Pack, slots_of, zeros
+from workbench.core.lowering.pipeline_segments import (
+    Parts,
+    reads_of,
+    refuse_loops,
+    split_parts,
+    ticks,
+)
+from workbench.core.lowering.steps import run_step
 from workbench.core.plan.plan import build_plan
 
 #: The mesh axis the microbatches form while a segment is interpreted (walked in time).
 MICROBATCH = "microbatch"
-POOLS = ("fin", "saved", "bin", "wsaved")
 
 
 @dataclass
 class LoweredPipeline:
     """A pipelined step: call it with the program's flat inputs. ``ticks``: the unrolled
     schedule; ``emitted[s]``: the work items stage s's code runs, in order (filled when
-    traced); ``slots``: how many buffers each pool holds per device."""
+    traced); ``slots``: how many buffers each pool holds per device; ``micro``: the state
+    a segment runs in (the step's layouts, the batch tiled further over the microbatches)."""
 
     fn: object
     mesh: jax.sharding.Mesh
     ticks: tuple
     slots: dict
     parts: Parts
+    micro: State
     emitted: list = field(default_factory=list)
 
     def __call__(self, *flat):
         return self.fn(*flat)
 
 
-class _Micro(_Explicit):
-    """The explicit interpreter on the microbatch mesh, at microbatch ``m`` (static)."""
+class _Part(_Explicit):
+    """The explicit interpreter of a part of the step. ``layout_of(v)``: the layout a part
+    holds ``v`` in when it starts; a fetch from a layout another part made (not here) is
+    made again from that one."""
 
-    def __init__(self, program, mesh, plan, state):
+    def __init__(self, program, mesh, plan, state, layout_of):
         super().__init__(program, mesh, plan, state)
-        self.m, self.op = 0, None
-
-    def read(self, env, v, op, slot):
-        self.op = op
-        return super().read(env, v, op, slot)
+        self.again, self.layout_of = False, layout_of
 
     def fetch(self, env, fetch, v):
         if isinstance(v, Lit):
             return literal(v)
         versions = env[v]
-        x = versions[layout_key(fetch.src)]
-        for step in fetch.steps:
+        steps = fetch.steps
+        if layout_key(fetch.src) not in versions:
+            src = self.layout_of(v)
+            x, steps = versions[layout_key(src)], redistribute(src, fetch.dst, self.mesh)
+        else:
+            x = versions[layout_key(fetch.src)]
+        self.again = fetch.copy > 0
+        for step in steps:
             x = self.step(x, step)
         versions = dict(versions)
         versions[layout_key(fetch.dst)] = x
@@ -78,13 +95,35 @@ class _Micro(_Explicit):
         return x
 
     def step(self, x, step):
+        return run_step(x, step, self.mesh, again=self.again)
+
+
+class _Micro(_Part):
+    """A segment's interpreter on the microbatch mesh, at microbatch ``m`` (static)."""
+
+    def __init__(self, program, mesh, plan, state, layout_of):
+        super().__init__(program, mesh, plan, state, layout_of)
+        self.m, self.op = 0, None
+
+    def read(self, env, v, op, slot):
+        self.op = op
+        return super().read(env, v, op, slot)
+
+    def step(self, x, step):
         if is_extended(x.dtype):
             impl = jax.random.key_impl(x)
             return jax.random.wrap_key_data(self.step(jax.random.key_data(x), step), impl=impl)
-        if step.kind == "slice":
-            n = step.after.local_shape(self.mesh)[step.dim]
-            return lax.slice_in_dim(x, self.m * n, (self.m + 1) * n, axis=step.dim)
-        if step.kind == "mask":
+        if MICROBATCH not in step.axes:
+            return run_step(x, step, self.mesh, again=self.again)
+        if step.kind == "slice":  # this microbatch's block among the axes' blocks
+            n, k = step.after.local_shape(self.mesh)[step.dim], 0
+            for a in step.axes:
+                k = k * self.mesh.axis_size(a) + (self.m if a == MICROBATCH else lax.axis_index(a))
+            return lax.dynamic_slice_in_dim(x, k * n, n, axis=step.dim)
+        if step.kind == "mask":  # the other axes' part masks on devices; ours in time
+            others = tuple(a for a in step.axes if a != MICROBATCH)
+            if others:
+                x = run_step(x, replace(step, axes=others), self.mesh)
             zero = step.reduction == "sum" and self.m > 0
             return jnp.zeros_like(x) if zero else x
         raise _coupled(self.program, self.op, step)  # pragma: no cover - checked before
@@ -107,12 +146,13 @@ def _check_coupling(program, plan, parts) -> None:
         for op in program.walk(ids):
             for f in plan.ops[op.id].fetches:
                 for step in f.steps if f is not None else ():
-                    if step.kind not in ("slice", "mask"):
+                    if MICROBATCH in step.axes and step.kind not in ("slice", "mask"):
                         raise _coupled(program, op, step)
 
 
 def localize(x, layout, m: int, mesh: Mesh):
-    """Microbatch ``m``'s local block of the global array ``x`` laid out as ``layout``."""
+    """Microbatch ``m``'s local block of ``x``, a device's block of the whole batch, laid
+    out as ``layout`` (the microbatch axis minor-most where it tiles)."""
     d = layout.dim_of(MICROBATCH)
     if d is not None:
         n = layout.local_shape(mesh)[d]
@@ -122,134 +162,41 @@ def localize(x, layout, m: int, mesh: Mesh):
     return x
 
 
-class _Pack:
-    """Values packed into one flat buffer per dtype (``sizes``: elements per dtype)."""
-
-    def __init__(self, values, layouts, mesh):
-        self.values, self.where, self.sizes = tuple(values), {}, {}
-        for v in self.values:
-            layout = layouts(v)
-            if is_extended(layout.dtype):
-                raise InputError(
-                    f"value {v} {layout} (a PRNG key) would cross pipeline stages; the "
-                    "pipeline lowering moves arrays of numbers only: derive keys per stage."
-                )
-            shape, dt = layout.local_shape(mesh), str(layout.dtype)
-            n = 1
-            for k in shape:
-                n *= k
-            self.where[v] = (dt, self.sizes.get(dt, 0), shape, layout.dtype)
-            self.sizes[dt] = self.sizes.get(dt, 0) + n
-
-    def pack(self, arrays: dict, into: dict) -> dict:
-        out = dict(into)
-        for v in self.values:
-            dt, off, _, _ = self.where[v]
-            out[dt] = lax.dynamic_update_slice(out[dt], jnp.ravel(arrays[v]), (off,))
-        return out
-
-    def unpack(self, bufs: dict) -> dict:
-        out = {}
-        for v in self.values:
-            dt, off, shape, _ = self.where[v]
-            n = 1
-            for k in shape:
-                n *= k
-            out[v] = lax.slice(bufs[dt], (off,), (off + n,)).reshape(shape)
-        return out
-
-    def add(self, arrays: dict, into: dict) -> dict:
-        out = dict(into)
-        for v, a in arrays.items():
-            dt, off, _, _ = self.where[v]
-            n = a.size
-            cur = lax.slice(out[dt], (off,), (off + n,))
-            out[dt] = lax.dynamic_update_slice(out[dt], cur + jnp.ravel(a), (off,))
-        return out
-
-
-def _zeros(packs) -> dict:
-    sizes, dtypes = {}, {}
-    for p in packs:
-        for dt, _, _, dtype in p.where.values():
-            dtypes[dt] = dtype
-        for dt, n in p.sizes.items():
-            sizes[dt] = max(sizes.get(dt, 0), n)
-    return {dt: jnp.zeros((n,), dtypes[dt]) for dt, n in sizes.items()}
-
-
-def _slots(grid, S: int, split: bool) -> tuple[dict, dict]:
-    """Static slot numbers per (pool, stage, microbatch), reusing freed ones; and per pool
-    the most any stage uses."""
-    free = {(p, s): [] for p in POOLS for s in range(S)}
-    count = {(p, s): 0 for p in POOLS for s in range(S)}
-    slot = {}
-
-    def take(p, s, m):
-        if free[p, s]:
-            k = free[p, s].pop(0)
-        else:
-            k, count[p, s] = count[p, s], count[p, s] + 1
-        slot[p, s, m] = k
-
-    def give(p, s, m):
-        free[p, s].append(slot[p, s, m])
-        free[p, s].sort()
-
-    for tick in grid:
-        for s in range(S):
-            for pool, m in tick.stores[s]:
-                take(pool, s, m)
-            w = tick.work[s]
-            if w is None:
-                continue
-            m = w.microbatch
-            if w.kind == "F":
-                if s > 0:
-                    give("fin", s, m)
-                take("saved", s, m)
-            elif w.kind == "B":
-                if s < S - 1:
-                    give("bin", s, m)
-                if split:
-                    take("wsaved", s, m)
-                else:
-                    give("saved", s, m)
-            else:
-                give("saved", s, m)
-                give("wsaved", s, m)
-    return slot, {p: max(count[p, s] for s in range(S)) for p in POOLS}
-
-
-def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None):
-    """A jitted function of ``program``'s flat inputs (global arrays) computing its outputs
-    as a pipeline over ``axis`` of ``mesh``: stage s of ``cuts`` (`anatomy.stages.stage_cuts`)
-    on the devices at index s of ``axis``, in the order ``schedule`` (`plan.schedule`) gives.
-    The other axes of ``mesh`` run the same (replicated). Returns a `LoweredPipeline`."""
+def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None, state=None):
+    """A jitted function of ``program``'s flat inputs computing its outputs as a pipeline
+    over ``axis`` of ``mesh``: stage s of ``cuts`` (`anatomy.stages.stage_cuts`) on the
+    devices at index s of ``axis``, in the order ``schedule`` (`plan.schedule`) gives.
+    ``state``: the layouts on the other axes (a `State` of ``mesh`` leaving ``axis`` unused;
+    default: every value whole), the inputs placed and the outputs returned as it says.
+    Returns a `LoweredPipeline`."""
     S, M = _check(program, mesh, axis, cuts, schedule)
-    mb = Mesh({MICROBATCH: M})
-    from workbench.core.propagate.tactics import apply_tactic
-    from workbench.core.strategies.data import BP
-
-    state = apply_tactic(program, mb, State.initial(program), BP(MICROBATCH))
-    plan = build_plan(program, mb, state)
-    parts = split_parts(program, cuts, state, MICROBATCH, schedule.split_backward)
-    _check_coupling(program, plan, parts)
+    refuse_loops(program, cuts)
+    state = State.initial(program) if state is None else state
+    tiled = [v for v, sh in state.shardings.items() if sh.uses(axis)]
+    if tiled:
+        raise InputError(
+            f"the state lays out {len(tiled)} value(s) over {axis!r} (value {tiled[0]}: "
+            f"{state.shardings[tiled[0]]}), the pipeline's stage axis, which carries no "
+            "tile; give a state whose tactics use the other axes only."
+        )
+    mb = _micro_mesh(mesh, axis, M)
+    plan = build_plan(program, mesh, state)
+    micro = _micro_state(program, mb, state)
+    mplan = build_plan(program, mb, micro)
+    parts = split_parts(program, cuts, micro, MICROBATCH, schedule.split_backward)
+    _check_coupling(program, mplan, parts)
     grid = ticks(schedule)
-    slot, nslots = _slots(grid, S, schedule.split_backward)
-    interp = _Micro(program, mb, plan, state)
-
-    def layout_of(v):
-        val = program.values[v]
-        if val.producer is not None:
-            op = program.ops[val.producer]
-            return as_layout(plan.ops[op.id].results[op.results.index(v)])
-        if v in program.consts:
-            return val.type_sharding()
-        return as_layout(state.shardings[v])
+    slot, nslots = slots_of(grid, S, schedule.split_backward)
+    layout_of, real_of = _layouts(program, mplan, micro), _layouts(program, plan, state)
+    interp = _Micro(program, mb, mplan, micro, layout_of)
+    whole = _Part(program, mesh, plan, state, real_of)  # what runs once: before, after
+    reads = {key: reads_of(program, ids) for key, ids in parts.segments.items()}
+    outside = {v for rs in reads.values() for v in rs if v not in parts.home}
+    summed = {v for vs in parts.accumulated.values() for v in vs}
+    _check_crossing(program, sorted(outside | summed), layout_of, real_of)
 
     def pack(vs):
-        return _Pack(vs, layout_of, mb)
+        return Pack(vs, layout_of, mb)
 
     fin = [pack(parts.fwd[s - 1]) if s else pack(()) for s in range(S)]
     bin_ = [pack(parts.bwd[s]) if s < S - 1 else pack(()) for s in range(S)]
@@ -257,7 +204,7 @@ def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None)
     wsaved = [pack(parts.wsaved[s]) for s in range(S)]
     acc = [pack(parts.accumulated.get(s, ())) for s in range(S)]
     packs = {"fin": fin, "saved": saved, "bin": bin_, "wsaved": wsaved}
-    lowered = LoweredPipeline(None, None, grid, nslots, parts)
+    lowered = LoweredPipeline(None, None, grid, nslots, parts, micro)
     reads = {key: reads_of(program, ids) for key, ids in parts.segments.items()}
 
     def run_work(st, s, w, genv):
@@ -265,7 +212,8 @@ def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None)
         env = {}
         for v in reads[s, kind]:
             if v in genv:
-                env[v] = {layout_key(layout_of(v)): localize(genv[v], layout_of(v), m, mb)}
+                x = genv[v][layout_key(real_of(v))]
+                env[v] = {layout_key(layout_of(v)): localize(x, layout_of(v), m, mb)}
 
         def load(pool, p):
             for v, a in p.unpack(st[pool][slot[pool, s, m]]).items():
@@ -315,13 +263,12 @@ def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None)
 
     def per_device(*flat):
         lowered.emitted[:] = [[] for _ in range(S)]
-        genv = dict(zip(program.inputs, flat))
-        genv.update(program.consts)
-        Interpreter(program).run(genv, parts.pre)
-        st = {p: [_zeros(packs[p])] * nslots[p] for p in POOLS}
-        st["acc"] = _zeros(acc)
-        st["out_f"] = st["in_f"] = _zeros(fin)
-        st["out_b"] = st["in_b"] = _zeros(bin_)
+        genv = whole.start(flat)
+        whole.run(genv, parts.pre)
+        st = {p: [zeros(packs[p])] * nslots[p] for p in POOLS}
+        st["acc"] = zeros(acc)
+        st["out_f"] = st["in_f"] = zeros(fin)
+        st["out_b"] = st["in_b"] = zeros(bin_)
         index = lax.axis_index(axis)
         for tick in grid:
             busy = [tick.work[s] is not None or tick.stores[s] for s in range(S)]
@@ -333,9 +280,10 @@ def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None)
                 st["in_b"] = _send(st["out_b"], axis, [(s + 1, s) for s in range(S - 1)])
         gathered = {dt: lax.all_gather(b, axis) for dt, b in st["acc"].items()}
         for s in range(S):
-            genv.update(acc[s].unpack({dt: g[s] for dt, g in gathered.items()}))
-        Interpreter(program).run(genv, parts.post)
-        return tuple(literal(v) if isinstance(v, Lit) else genv[v] for v in program.outputs)
+            for v, a in acc[s].unpack({dt: g[s] for dt, g in gathered.items()}).items():
+                genv[v] = {layout_key(real_of(v)): a}
+        whole.run(genv, parts.post)
+        return tuple(whole.outputs(genv))
 
     if devices is None:  # the first devices the mesh spans
         devices = jax.devices()[: math.prod(mesh.sizes)]
@@ -343,12 +291,74 @@ def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None)
     mapped = jax.shard_map(
         per_device,
         mesh=jmesh,
-        in_specs=tuple(PartitionSpec() for _ in program.inputs),
-        out_specs=tuple(PartitionSpec() for _ in program.outputs),
+        in_specs=tuple(spec(state.shardings[v]) for v in program.inputs),
+        out_specs=tuple(spec(f.dst) if f is not None else PartitionSpec() for f in plan.outputs),
         check_vma=False,
     )
     lowered.fn, lowered.mesh = jax.jit(in_mesh(mapped, jmesh)), jmesh
     return lowered
+
+
+def _layouts(program, plan, state):
+    """A value's layout as ``plan`` makes it (an input's: as ``state`` places it)."""
+
+    def layout_of(v):
+        val = program.values[v]
+        if val.producer is not None:
+            op = program.ops[val.producer]
+            return as_layout(plan.ops[op.id].results[op.results.index(v)])
+        if v in program.consts:
+            return val.type_sharding()
+        return as_layout(state.shardings[v])
+
+    return layout_of
+
+
+def _micro_mesh(mesh: Mesh, axis: str, M: int) -> Mesh:
+    """The mesh a segment is interpreted on: the other axes of ``mesh``, then the
+    microbatches (minor-most: a device's block of the batch splits into M)."""
+    if MICROBATCH in mesh.names:
+        raise InputError(
+            f"the mesh {mesh} has an axis named {MICROBATCH!r}, the name the pipeline "
+            "lowering gives its microbatches; rename that axis."
+        )
+    return Mesh({**{a: mesh.axis_size(a) for a in mesh.names if a != axis}, MICROBATCH: M})
+
+
+def _micro_state(program, mb: Mesh, state: State) -> State:
+    """``state`` with the batch tiled further over the microbatches (minor-most)."""
+    from workbench.core.propagate.tactics import apply_tactic
+    from workbench.core.strategies.data import BP
+
+    if getattr(state, "pipeline", None) is not None:  # its stage axis is not on ``mb``
+        state = replace(state, pipeline=None)
+    return apply_tactic(program, mb, state, BP(MICROBATCH))
+
+
+def without(layout, axis: str):
+    """``layout`` with ``axis`` taken out of its tiles and pending reductions."""
+    dims = tuple(tuple(a for a in axes if a != axis) for axes in layout.dims)
+    return replace(layout, dims=dims, partial=tuple(p for p in layout.partial if p[0] != axis))
+
+
+def _check_crossing(program, values, micro_of, real_of) -> None:
+    """Each value moving between a segment and what runs once (an input, a value made
+    before the pipeline, a sum over microbatches) has the same layout on the other axes in
+    both, the microbatches its minor-most tile: a device's block is M microbatch blocks."""
+    for v in values:
+        m, r = micro_of(v), real_of(v)
+        d = m.dim_of(MICROBATCH)
+        if layout_key(without(m, MICROBATCH)) != layout_key(r) or (
+            d is not None and m.dims[d][-1] != MICROBATCH
+        ):
+            val = program.values[v]
+            raise TacticError(
+                f"value {v} ({val.name or 'unnamed'}) is {r} in the step but {m} in one "
+                "microbatch's pipeline stage: tiling the batch over the microbatches moved "
+                "its layout on the other axes, so a stage cannot take its microbatch from "
+                "the step's block. Tile the batch over the other axes as the pipeline does "
+                "(BP), or pipeline this step alone."
+            )
 
 
 def _send(bufs: dict, axis: str, perm) -> dict:
@@ -364,17 +374,17 @@ def _check(program, mesh: Mesh, axis: str, cuts, schedule) -> tuple[int, int]:
             f"the stages' axis, one of {names}."
         )
     S = mesh.axis_size(axis)
-    if len(cuts.stages) != S or schedule.stages != S:
-        raise InputError(
-            f"the pipeline over {axis!r} has {S} devices, but the cuts have "
-            f"{len(cuts.stages)} stages and the schedule {schedule.stages}; cut the step "
-            f"into {S} stages (stage_cuts(program, {S})) and schedule {S} stages."
-        )
     if schedule.virtual_stages != 1:
         raise InputError(
             f"the pipeline lowering runs one model chunk per stage; the {schedule.kind!r} "
             f"schedule has virtual_stages={schedule.virtual_stages}. Use 'gpipe', '1f1b' "
             "or 'zero-bubble'."
+        )
+    if len(cuts.stages) != S or schedule.stages != S:
+        raise InputError(
+            f"the pipeline over {axis!r} has {S} devices, but the cuts have "
+            f"{len(cuts.stages)} stages and the schedule {schedule.stages}; cut the step "
+            f"into {S} stages (stage_cuts(program, {S})) and schedule {S} stages."
         )
     M = schedule.microbatches
     for v, d in program.anatomy().data:

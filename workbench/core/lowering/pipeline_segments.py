@@ -63,15 +63,21 @@ def _name(program, o: int) -> str:
     return f"op {o} ({op.primitive}, {op.phase}, {'/'.join(op.scope) or 'top'}{where})"
 
 
+def refuse_loops(program, cuts) -> None:
+    """An ``InputError`` when the stages split a loop's iterations (scanned layers)."""
+    if cuts.loop is not None or cuts.looped:
+        raise InputError(
+            f"{program.name!r} runs its blocks under a loop (scan), and the pipeline lowering "
+            "runs unrolled blocks only so far (estimate() prices it). Write the layers as "
+            "repeated modules (unrolled) to run it pipelined."
+        )
+
+
 def split_parts(program, cuts, state, axis: str, split_backward: bool) -> Parts:
     """The parts of ``program`` pipelined along ``cuts``; ``state`` tiles the data inputs
     over the microbatch axis ``axis`` (a partial sum over it is a sum over microbatches)."""
     values, ops = program.values, program.ops
-    if cuts.loop is not None or cuts.looped:
-        raise InputError(
-            f"{program.name!r} runs its blocks under a loop (scan); the pipeline lowering runs "
-            "unrolled blocks only so far. Write the layers as repeated modules (unrolled)."
-        )
+    refuse_loops(program, cuts)
     data = {v for v, _ in program.anatomy().data}
     body = set(program.body)
     dataonly: set[int] = set(data) | set(program.consts)
@@ -222,7 +228,7 @@ def _post(program, home, dataonly, state, axis):
         o = values[v].producer
         if v in home:
             layout = state.shardings[v]
-            if layout.reduction_of(axis) == "sum" and not layout.tiled_axes:
+            if layout.reduction_of(axis) == "sum" and layout.dim_of(axis) is None:
                 accumulated.setdefault(home[v][0], set()).add(v)
                 continue
             if layout.uses(axis):

@@ -119,6 +119,7 @@ class Propagator:
         self.events: list[Provenance | Conflict | Pin] = []  # in the order they happen
         self.parts: dict[int, tuple] = dict(state.parts)
         self.notes: list = list(state.notes)  # what the tactics could not do (``Note``)
+        self.pipeline = state.pipeline  # the tactic pipelining the step (``State.pipeline``)
         self.part: int | None = None  # the composite's part being seeded
         self.nbytes = [v.nbytes for v in program.values]
         self.outputs = {v for v in program.outputs if isinstance(v, int)}
@@ -443,4 +444,5 @@ class Propagator:
             notes=tuple(self.notes),
             events=tuple(self.events),
             parts=MappingProxyType(self.parts),
+            pipeline=self.pipeline,
         )

@@ -358,12 +358,11 @@ def apply_tactic(
     schedule = (*state.schedule, tactic)
     prop = Propagator(program, mesh, state, tactic=len(state.schedule), schedule=schedule)
     expanded: list[tuple[Tactic, list[Target]]] = []  # each composite, and what it targets
-    reserved = {t.axis: t for t in state.schedule if getattr(t, "reserves_axis", False)}
 
     def free(t: Tactic) -> None:
-        if t.axis in reserved:
+        if prop.pipeline is not None and t.axis == prop.pipeline.axis:
             raise TacticError(
-                f"{t}: axis {t.axis!r} is the stages' axis of {reserved[t.axis]}, which "
+                f"{t}: axis {t.axis!r} is the stages' axis of {prop.pipeline}, which "
                 "carries no tile; tile on another axis of the mesh."
             )
 
@@ -376,13 +375,15 @@ def apply_tactic(
             prop.settle(t.axis)
         else:
             subs = t.expand(program, mesh, prop.state() if now is None else now)
+            if getattr(t, "reserves_axis", False):  # the pipeline, checked by its expand
+                prop.pipeline = t
             expanded.append((t, getattr(subs, "targets", [])))
             for sub in subs:
                 run(sub)
 
     if isinstance(tactic, PRIMITIVE_TACTICS):
         run(tactic)
-        return prop.state()
+        return _pipelined(program, mesh, prop.state())
     try:
         if getattr(tactic, "one_pass", False):  # every seed placed, then one propagation
             subs = list(tactic.expand(program, mesh, state))
@@ -398,7 +399,20 @@ def apply_tactic(
         if str(err).startswith(str(tactic)):
             raise
         raise _within(tactic, err) from err
-    return prop.state()
+    return _pipelined(program, mesh, prop.state(), tactic)
+
+
+def _pipelined(program, mesh: Mesh, state: State, tactic=None) -> State:
+    """``state``, once its pipeline (if any) says it can still split the batch each device
+    holds into its microbatches (a ``TacticError`` from ``pipeline.check`` otherwise)."""
+    if state.pipeline is not None:
+        try:
+            state.pipeline.check(program, mesh, state)
+        except WorkbenchError as err:
+            if tactic is None or str(err).startswith(str(tactic)):
+                raise
+            raise _within(tactic, err) from err
+    return state
 
 
 def _note(program, mesh: Mesh, prop: Propagator, expanded, strict: bool) -> None:

@@ -3,6 +3,8 @@ Auto's axes, each applied to the state Auto starts from exactly as Auto's expans
 its decisions, and priced by the same simulator, hardware and memory limit. The best wins,
 so Auto is never slower than a named strategy it could have chosen.
 
+Pipelines (``PP``: 1F1B and zero-bubble at a few microbatch counts, `pipeline_moves`) are
+tried on each axis beside the strategies.
 With several axes, the candidates are each strategy on each axis alone, then a composition
 grown greedily: the best so far, then each strategy on an axis it leaves free (BP on the
 data axis after MP on the model axis, say), and so on while that helps.
@@ -183,6 +185,7 @@ def named(program, mesh, start, auto, search) -> list[Candidate]:
     """Every registered named strategy on each of ``auto``'s axes, priced from ``start``;
     with several axes, also a composition grown greedily (see module doc)."""
     from workbench.core.strategies import STRATEGIES
+    from workbench.core.strategies.pipeline import pipeline_moves
 
     if auto.inputs != "**":
         why = f"Auto(inputs={auto.inputs!r}) may decide only those inputs; a strategy decides all"
@@ -195,6 +198,9 @@ def named(program, mesh, start, auto, search) -> list[Candidate]:
                 by_axis.setdefault(axis, []).append((f"{name}({axis!r})", cls(axis)))
             except (WorkbenchError, TypeError) as err:  # a strategy that needs more than an axis
                 out.append(Candidate(f"{name}({axis!r})", (), error=str(err)))
+        by_axis.setdefault(axis, []).extend(
+            (str(t), t) for t in pipeline_moves(program, mesh, axis)
+        )
     for axis in auto.axes:
         out += [price(program, mesh, start, n, (t,), search) for n, t in by_axis.get(axis, [])]
     best = choose(out)

@@ -4,7 +4,8 @@
 stages as ``axis`` has devices (`anatomy.stages.stage_cuts`: the repeated blocks balanced
 by FLOPs, what precedes the first block on the first stage, the head and loss on the last),
 splits the batch into M microbatches and orders each stage's work by a schedule table
-(`plan.schedule`). The other axes keep their SPMD layouts; the stage axis carries no tile
+(`plan.schedule`). With ``virtual_stages=v`` ("interleaved") the step is cut into S*v
+virtual stages and stage s runs chunks c = 0..v-1, virtual stage c*S + s. The other axes keep their SPMD layouts; the stage axis carries no tile
 (`reserves_axis`: a later tactic on it is refused). `pipeline_of(program, mesh, state)`
 reads the pipeline a state's schedule holds, resolved and checked, for the simulator.
 """
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Integral
 
-from workbench.core.anatomy.stages import StageCuts, stage_cuts
+from workbench.core.anatomy.stages import Stage, StageCuts, stage_cuts
 from workbench.core.errors import InputError, TacticError, closest_names, given
 from workbench.core.plan.schedule import SCHEDULES, Schedule, schedule
 from workbench.core.propagate.tactics import Tactic, TacticInputError, _check_axis, check_axis_name
@@ -39,15 +40,27 @@ class Pipeline:
     schedule: Schedule
     cuts: StageCuts
 
+    @property
+    def virtual_stages(self) -> int:
+        """Model chunks per stage (``cuts`` holds ``stages * virtual_stages`` stages)."""
+        return self.schedule.virtual_stages
+
+    def chunks(self, stage: int) -> tuple[Stage, ...]:
+        """The virtual stages (cuts) stage ``stage`` runs, chunk 0 first."""
+        S = self.stages
+        return tuple(self.cuts.stages[c * S + stage] for c in range(self.virtual_stages))
+
     def __str__(self) -> str:
-        blocks = " | ".join(
-            f"{s.blocks[0]}-{s.blocks[-1]}" if len(s.blocks) > 1 else f"{s.blocks[0]}"
-            for s in self.cuts.stages
-        )
+        def span(s: Stage) -> str:
+            return f"{s.blocks[0]}-{s.blocks[-1]}" if len(s.blocks) > 1 else f"{s.blocks[0]}"
+
+        blocks = " | ".join("+".join(span(c) for c in self.chunks(s)) for s in range(self.stages))
+        v = self.virtual_stages
         return (
             f"pipeline over {self.axis!r}: {self.stages} stages (blocks {blocks}), "
             f"{self.microbatches} microbatches of {self.batch // self.microbatches}, "
-            f"{self.schedule.kind} schedule"
+            + (f"{v} chunks per stage, " if v > 1 else "")
+            + f"{self.schedule.kind} schedule"
         )
 
 
@@ -55,10 +68,12 @@ class Pipeline:
 @dataclass(frozen=True, slots=True)
 class PP(Tactic):
     """Pipeline parallelism over ``axis``: one stage per device along it, the batch split
-    into ``microbatches`` (default: the smallest divisor of the batch >= 4 x stages), run
-    in the order ``schedule`` gives ("gpipe", "1f1b", "zero-bubble"; see `plan.schedule`).
-    ``stages``: the block indices where stages 1, 2, ... start (default: balanced by
-    FLOPs). Tiles nothing; the other axes keep their layouts."""
+    into ``microbatches`` (default: the smallest divisor of each device's share of the batch
+    >= 4 x stages, else that share), run
+    in the order ``schedule`` gives ("gpipe", "1f1b", "zero-bubble", or "interleaved" with
+    ``virtual_stages`` >= 2 model chunks per stage; see `plan.schedule`). ``stages``: the
+    block indices where stages (virtual stages: S*v - 1 of them) 1, 2, ... start (default:
+    balanced by FLOPs). Tiles nothing; the other axes keep their layouts."""
 
     axis: str
     microbatches: int | None = None
@@ -119,11 +134,10 @@ class PP(Tactic):
 
     def expand(self, program, mesh, state):
         _check_axis(self, mesh)
-        earlier = [t for t in state.schedule if isinstance(t, PP)]
-        if earlier:
+        if state.pipeline is not None:
             raise TacticError(
-                f"{self}: the schedule pipelines the step already ({earlier[0]}); a step has "
-                "one pipeline. Undo that step to pipeline it differently."
+                f"{self}: the schedule pipelines the step already ({state.pipeline}); a step "
+                "has one pipeline. Undo that step to pipeline it differently."
             )
         tiled = [program.values[v].name for v, s in state.shardings.items() if s.uses(self.axis)]
         if tiled:
@@ -133,48 +147,97 @@ class PP(Tactic):
                 "carries no tile. Pipeline over an axis no tactic used yet (apply PP first), "
                 "or undo the steps that tile on it."
             )
-        self.resolve(program, mesh.axis_size(self.axis))
+        self.resolve(program, mesh.axis_size(self.axis), held_batch(program, mesh, state)[0])
         return []
 
-    def resolve(self, program, stages: int) -> Pipeline:
+    def check(self, program, mesh, state) -> None:
+        """A ``TacticError`` unless each device's share of the batch splits into this
+        pipeline's microbatches (a data axis tiling the batch leaves it fewer examples)."""
+        if self.microbatches is None:  # as many as each device's share allows
+            return
+        held, axes = held_batch(program, mesh, state)
+        if held % self.microbatches:
+            raise TacticError(
+                f"{self}: each device holds {held} of the batch's examples (tiled over "
+                f"{list(axes)}), which do not split into {self.microbatches} microbatches; "
+                f"pipeline with fewer microbatches (a divisor of {held}), or split the data "
+                "on another dim (BP(axis, dim=1))."
+            )
+
+    def resolve(self, program, stages: int, held: int | None = None) -> Pipeline:
         """This pipeline on ``program`` with ``stages`` stages, checked (a ``TacticError``
-        saying why it cannot be cut or scheduled); cached in ``program.cache``."""
+        saying why it cannot be cut or scheduled); ``held``: the examples each device holds
+        (default microbatches divide it). Cached in ``program.cache``."""
         cache = program.cache.get("strategies.pipeline", dict)
-        key = (self, stages)
+        key = (self, stages, held if self.microbatches is None else None)
         if key not in cache:
-            cache[key] = self._resolve(program, stages)
+            cache[key] = self._resolve(program, stages, key[2])
         return cache[key]
 
-    def _resolve(self, program, stages: int) -> Pipeline:
+    def _resolve(self, program, stages: int, held: int | None) -> Pipeline:
         if stages < 2:
             raise TacticError(
                 f"{self}: axis {self.axis!r} has {stages} device, so the pipeline would have "
                 "one stage; pipeline over an axis of 2 or more devices."
             )
-        if self.virtual_stages != 1:
-            raise TacticError(
-                f"{self}: model chunks per stage (virtual_stages={self.virtual_stages}) are "
-                "scheduled (plan.schedule) but not yet priced or run; give virtual_stages=1."
-            )
+        v = self.virtual_stages
         try:
             batch = batch_size(program)
-            m = self.microbatches or default_microbatches(batch, stages)
+            every = stages if self.schedule == "interleaved" else 1  # M a multiple of S
+            m = self.microbatches or default_microbatches(held or batch, stages, every)
             if batch % m:
                 fits = [k for k in range(1, batch + 1) if batch % k == 0]
                 raise InputError(
                     f"microbatches={m} does not divide the batch of {batch}; give one of {fits}"
                 )
-            table = schedule(self.schedule, stages, m, self.virtual_stages)
-            cuts = stage_cuts(program, stages, layers=self.stages)
+            table = schedule(self.schedule, stages, m, v)
+            check_chunks(program, stages, v)
+            cuts = stage_cuts(program, stages * v, layers=self.stages)
         except InputError as err:
             raise TacticError(f"{self}: {err}") from err
         return Pipeline(self, self.axis, stages, m, batch, table, cuts)
 
 
-def default_microbatches(batch: int, stages: int) -> int:
-    """The smallest divisor of ``batch`` that is at least 4 per stage, else the batch."""
+def pipeline_moves(program, mesh, axis: str) -> list[PP]:
+    """The pipelines a search tries on ``axis``: 1F1B and zero-bubble at 2, 4 and 8
+    microbatches per stage (those dividing the batch); none where ``axis`` has one device
+    or the step has fewer repeated blocks than it has devices."""
+    stages = mesh.axis_size(axis)
+    layers = program.anatomy().layers
+    blocks = layers.repeats if layers.stacked else len(layers.blocks)
+    if stages < 2 or blocks < stages:
+        return []
+    try:
+        batch = batch_size(program)
+    except InputError:
+        return []
+    counts = [k * stages for k in (2, 4, 8) if batch % (k * stages) == 0]
+    return [PP(axis, microbatches=m, schedule=k) for m in counts for k in ("1f1b", "zero-bubble")]
+
+
+def default_microbatches(batch: int, stages: int, every: int = 1) -> int:
+    """The smallest divisor of ``batch`` that is at least 4 per stage, else the batch; with
+    ``every``, a multiple of it (the largest dividing the batch when none reaches 4 per
+    stage; ``every`` itself when none does, which the schedule then refuses)."""
     want = MICROBATCHES_PER_STAGE * stages
-    return next((k for k in range(want, batch + 1) if batch % k == 0), batch)
+    fits = [k for k in range(every, batch + 1, every) if batch % k == 0]
+    return next((k for k in fits if k >= want), fits[-1] if fits else every)
+
+
+def check_chunks(program, stages: int, virtual_stages: int) -> None:
+    """An ``InputError`` unless the step has a repeated block for each of the ``stages *
+    virtual_stages`` virtual stages (a model chunk holds at least one block)."""
+    layers = program.anatomy().layers
+    blocks = layers.repeats if layers.stacked else len(layers.blocks)
+    if virtual_stages > 1 and 2 <= blocks < stages * virtual_stages:
+        ways = [f"virtual_stages <= {blocks // stages}"] * (blocks // stages >= 2)
+        ways += [f"{blocks // 2} stages of 2 chunks"] * (blocks >= 4)
+        ways += ["one chunk per stage (virtual_stages=1, schedule '1f1b')"]
+        raise InputError(
+            f"{stages} stages x {virtual_stages} model chunks need {stages * virtual_stages} "
+            f"repeated blocks (one per virtual stage), but {program.name!r} has {blocks}; "
+            f"give {' or '.join(ways)}"
+        )
 
 
 def batch_size(program) -> int:
@@ -191,5 +254,16 @@ def batch_size(program) -> int:
 
 def pipeline_of(program, mesh, state) -> Pipeline | None:
     """The pipeline ``state``'s schedule holds (None: it holds no ``PP``), resolved."""
-    pp = next((t for t in state.schedule if isinstance(t, PP)), None)
-    return None if pp is None else pp.resolve(program, mesh.axis_size(pp.axis))
+    pp = state.pipeline
+    if pp is None:
+        return None
+    return pp.resolve(program, mesh.axis_size(pp.axis), held_batch(program, mesh, state)[0])
+
+
+def held_batch(program, mesh, state) -> tuple[int, tuple[str, ...]]:
+    """The examples of the batch each device holds, and the axes tiling the batch."""
+    held, axes = batch_size(program), ()
+    for v, d in program.anatomy().data:
+        if d is not None and state.shardings[v].local_shape(mesh)[d] < held:
+            held, axes = state.shardings[v].local_shape(mesh)[d], state.shardings[v].dims[d]
+    return held, axes
