@@ -293,6 +293,11 @@ BAD_TACTICS = [
     ("role dim str", lambda: wb.Role("batch/x", "data", dim="0"), TacticInputError, "got '0'"),
     ("role axis", lambda: wb.Role("x", "none", axis=3), TacticInputError, "axis must be a string"),
     ("role missing", lambda: wb.Role(), TacticInputError, r"write Role\(selector, role, dim=None"),
+    ("pp axis int", lambda: wb.PP(3), TacticInputError, r"axis 3 is not a mesh axis"),
+    ("pp microbatches 0", lambda: wb.PP("model", microbatches=0), TacticInputError, "whole number"),
+    ("pp schedule typo", lambda: wb.PP("model", schedule="gpip"), TacticInputError, "'gpipe'"),
+    ("pp stages str", lambda: wb.PP("model", stages="1"), TacticInputError, "block indices"),
+    ("pp chunks 0", lambda: wb.PP("model", virtual_stages=0), TacticInputError, "whole number"),
 ]
 # every named strategy: its axis, its flag and its keywords
 for _name, _cls in STRATEGIES.items():
@@ -331,6 +336,9 @@ APPLY_CASES = [
     ("mp heads_dim", lambda: wb.MP("model", heads="params/**/w", heads_dim=4), "dim 4 is out"),
     ("role needs dim", lambda: wb.Role("batch/x", "data"), r"role 'data' needs dim=<the dim"),
     ("role dim range", lambda: wb.Role("batch/x", "data", dim=9), r"dim 9 is out of range"),
+    ("pp axis not in mesh", lambda: wb.PP("stage"), r"axis 'stage' is not in Mesh\(batch"),
+    ("pp tiled axis", lambda: wb.PP("batch"), r"axis 'batch' already tiles"),
+    ("pp microbatches", lambda: wb.PP("model", microbatches=3), r"does not divide the batch"),
 ]
 
 

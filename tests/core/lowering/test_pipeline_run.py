@@ -251,11 +251,80 @@ def test_a_flax_nnx_lm_pipelined_beside_data_parallelism_agrees():
     assert result.matches, result
 
 
-def test_scanned_layers_are_refused_before_anything_is_built():
-    ex = build("lm_scan", lm.Config.preset("tiny", n_layers=2), abstract=True)
+# -- blocks under a loop (scan): each stage runs its range of the loop's iterations -----------
+def _scanned_step(aux: bool):
+    """tanh layers under a lax.scan, the carry starting from the input; ``aux``: the loss
+    also reads a per-layer stack the forward loop makes (a stage holds its range only)."""
+
+    def step(ws, x):
+        def loss_fn(ws):
+            def body(h, w):
+                h = jnp.tanh(h @ w)
+                return h, jnp.sum(h * h) if aux else None
+
+            h, ys = jax.lax.scan(body, x, ws)
+            return jnp.mean(h**2) + (jnp.sum(ys) if aux else 0.0)
+
+        loss, grads = jax.value_and_grad(loss_fn)(ws)
+        return ws - 0.1 * grads, loss
+
+    return step
+
+
+@cache
+def scanned_mlp(aux: bool = False):
+    rng = np.random.default_rng(0)
+    ws = jnp.asarray(rng.normal(0, 0.5, (4, WIDTH, WIDTH)), jnp.float32)
+    x = jnp.asarray(rng.normal(size=(BATCH, WIDTH)), jnp.float32)
+    return wb.capture(_scanned_step(aux), ws, x), [ws, x]
+
+
+def test_scanned_blocks_run_each_stage_over_its_range_of_the_loops_iterations():
+    ex = build("lm_scan", lm.Config.preset("tiny", n_layers=4), abstract=True)
     program = wb.capture(ex.fn, *ex.args)
-    with pytest.raises(InputError, match=r"under a loop \(scan\).*repeated modules \(unrolled\)"):
+    parts = pipelined(program, "1f1b", 2, 2).parts
+    loop = parts.loop
+    assert loop.ranges == ((0, 2), (2, 4))
+    for s in range(2):  # both loops on every stage; the stacked gradients summed on each
+        assert loop.forward in parts.segments[s, "F"] and loop.backward in parts.segments[s, "B"]
+        assert set(loop.local - loop.fresh) <= set(parts.accumulated[s])
+        assert set(loop.fresh) <= set(parts.saved[s])  # the forward's stacks of its range
+    carry_f = [v for v, out in loop.sends.items() if out in loop.carry_out[loop.forward]]
+    carry_b = [v for v in loop.sends if v not in carry_f]
+    assert parts.fwd == (tuple(carry_f),) and parts.bwd == (tuple(carry_b),)
+
+
+def test_a_loops_stack_read_beyond_its_backward_is_refused_naming_the_reader():
+    program, _ = scanned_mlp(aux=True)
+    with pytest.raises(InputError, match=r"under a loop \(scan\).*read by op \d+, reduce_sum"):
         pipelined(program, "1f1b", 2, 2)
+
+
+@pytest.mark.slow  # ~10 s
+@pytest.mark.parametrize("kind", ["gpipe", "zero-bubble"])
+def test_a_scanned_mlp_pipelined_beside_data_parallelism_agrees(kind):
+    program, flat = scanned_mlp()  # the carry starts from an input, before the pipeline
+    s = session(program, wb.Mesh({"stage": 4, "data": 2}), kind, 2, wb.BP("data"))
+    result = s.run(repeats=1, args=flat)
+    assert result.matches, result
+
+
+@pytest.mark.slow  # ~30 s
+def test_the_zoo_scanned_lm_pipelined_agrees():
+    ex = build("lm_scan", lm.Config.preset("tiny", n_layers=4))
+    program = wb.capture(ex.fn, *ex.args)
+    s = wb.Session(program, wb.Mesh({"stage": 2, "data": 2}), [wb.PP("stage", microbatches=2)])
+    result = s.run(repeats=1, devices=jax.devices()[:4])
+    assert result.matches, result
+
+
+@pytest.mark.slow  # ~20 s
+def test_the_zoo_scanned_lm_on_four_stages_beside_data_parallelism_agrees():
+    ex = build("lm_scan", lm.Config.preset("tiny", n_layers=4))
+    program = wb.capture(ex.fn, *ex.args)
+    s = session(program, wb.Mesh({"stage": 4, "data": 2}), "zero-bubble", 2, wb.BP("data"))
+    result = s.run(repeats=1)
+    assert result.matches, result
 
 
 @pytest.mark.slow

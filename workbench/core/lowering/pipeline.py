@@ -13,6 +13,8 @@ would slice the microbatch axis. What a stage keeps between its passes lives in 
 once a microbatch is done (GPipe holds M in flight, 1F1B at most S). Sums over the batch
 accumulate over microbatches (still pending over the other axes); what runs once before and
 after the pipeline (a token count, the update) runs as the explicit lowering runs it.
+Blocks under a loop (scanned layers): each stage runs its range of the loop's iterations
+(`pipeline_loops`).
 """
 
 from __future__ import annotations
@@ -34,13 +36,13 @@ from workbench.core.layout.state import State
 from workbench.core.lowering.explicit import _Explicit, in_mesh, jax_mesh, spec
 from workbench.core.lowering.interpret import literal
 from workbench.core.lowering.pipeline_buffers import POOLS, Pack, slots_of, zeros
-from workbench.core.lowering.pipeline_segments import (
-    Parts,
-    reads_of,
-    refuse_loops,
-    split_parts,
-    ticks,
+from workbench.core.lowering.pipeline_loops import (
+    check_layouts,
+    resized,
+    run_range,
+    stack_fetches,
 )
+from workbench.core.lowering.pipeline_segments import Parts, reads_of, split_parts, ticks
 from workbench.core.lowering.steps import run_step
 from workbench.core.plan.plan import build_plan
 
@@ -99,11 +101,26 @@ class _Part(_Explicit):
 
 
 class _Micro(_Part):
-    """A segment's interpreter on the microbatch mesh, at microbatch ``m`` (static)."""
+    """A segment's interpreter on the microbatch mesh, at microbatch ``m`` of stage ``s``
+    (static); ``loop``: the loops it runs over the stage's range of iterations."""
 
-    def __init__(self, program, mesh, plan, state, layout_of):
+    def __init__(self, program, mesh, plan, state, layout_of, loop=None):
         super().__init__(program, mesh, plan, state, layout_of)
-        self.m, self.op = 0, None
+        self.m, self.s, self.op, self.loop = 0, 0, None, loop
+        self.stacks, self.stacking = stack_fetches(program, loop), False
+
+    def region_output(self, env, op, v, slot):
+        self.stacking = self.loop is not None and op.id == self.loop.backward
+        self.stacking = self.stacking and slot in self.stacks
+        try:
+            return super().region_output(env, op, v, slot)
+        finally:
+            self.stacking = False
+
+    def region(self, env, op, args):
+        if self.loop is not None and op.id in (self.loop.forward, self.loop.backward):
+            return run_range(self, env, op, args, self.loop, self.s)
+        return super().region(env, op, args)
 
     def read(self, env, v, op, slot):
         self.op = op
@@ -120,6 +137,9 @@ class _Micro(_Part):
             for a in step.axes:
                 k = k * self.mesh.axis_size(a) + (self.m if a == MICROBATCH else lax.axis_index(a))
             return lax.dynamic_slice_in_dim(x, k * n, n, axis=step.dim)
+        if self.stacking and step.kind == "all-reduce":  # a stacked gradient's sum: the
+            others = tuple(a for a in step.axes if a != MICROBATCH)  # other axes' here,
+            return run_step(x, replace(step, axes=others), self.mesh) if others else x  # ours
         if step.kind == "mask":  # the other axes' part masks on devices; ours in time
             others = tuple(a for a in step.axes if a != MICROBATCH)
             if others:
@@ -141,12 +161,17 @@ def _coupled(program, op, step) -> TacticError:
 
 def _check_coupling(program, plan, parts) -> None:
     """Refuse, before anything traces, a segment op whose operand needs a collective over
-    the microbatches (anything but taking one microbatch's block)."""
+    the microbatches (anything but taking one microbatch's block, or a scanned step's
+    stacked gradient summed over the batch in its loop: summed over microbatches after)."""
+    stacks = stack_fetches(program, parts.loop)
+    backward = parts.loop.backward if parts.loop is not None else None
     for ids in parts.segments.values():
         for op in program.walk(ids):
-            for f in plan.ops[op.id].fetches:
+            for i, f in enumerate(plan.ops[op.id].fetches):
                 for step in f.steps if f is not None else ():
-                    if MICROBATCH in step.axes and step.kind not in ("slice", "mask"):
+                    stacked = op.id == backward and i in stacks and step.kind == "all-reduce"
+                    ok = step.kind in ("slice", "mask") or (stacked and step.reduction == "sum")
+                    if MICROBATCH in step.axes and not ok:
                         raise _coupled(program, op, step)
 
 
@@ -170,7 +195,6 @@ def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None,
     default: every value whole), the inputs placed and the outputs returned as it says.
     Returns a `LoweredPipeline`."""
     S, M = _check(program, mesh, axis, cuts, schedule)
-    refuse_loops(program, cuts)
     state = State.initial(program) if state is None else state
     tiled = [v for v, sh in state.shardings.items() if sh.uses(axis)]
     if tiled:
@@ -183,26 +207,30 @@ def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None,
     plan = build_plan(program, mesh, state)
     micro = _micro_state(program, mb, state)
     mplan = build_plan(program, mb, micro)
-    parts = split_parts(program, cuts, micro, MICROBATCH, schedule.split_backward)
+    parts = split_parts(program, cuts, micro, MICROBATCH, schedule.split_backward, mplan)
     _check_coupling(program, mplan, parts)
     grid = ticks(schedule)
     slot, nslots = slots_of(grid, S, schedule.split_backward)
     layout_of, real_of = _layouts(program, mplan, micro), _layouts(program, plan, state)
-    interp = _Micro(program, mb, mplan, micro, layout_of)
+    lp = parts.loop
+    check_layouts(program, lp, mplan, layout_of, real_of)
+    interp = _Micro(program, mb, mplan, micro, layout_of, lp)
     whole = _Part(program, mesh, plan, state, real_of)  # what runs once: before, after
     reads = {key: reads_of(program, ids) for key, ids in parts.segments.items()}
     outside = {v for rs in reads.values() for v in rs if v not in parts.home}
     summed = {v for vs in parts.accumulated.values() for v in vs}
     _check_crossing(program, sorted(outside | summed), layout_of, real_of)
 
-    def pack(vs):
-        return Pack(vs, layout_of, mb)
+    def pack(vs, s=0):  # stage s's loop stacks hold its range of iterations
+        return Pack(vs, resized(layout_of, lp, s), mb)
 
     fin = [pack(parts.fwd[s - 1]) if s else pack(()) for s in range(S)]
     bin_ = [pack(parts.bwd[s]) if s < S - 1 else pack(()) for s in range(S)]
-    saved = [pack(parts.saved[s]) for s in range(S)]
-    wsaved = [pack(parts.wsaved[s]) for s in range(S)]
-    acc = [pack(parts.accumulated.get(s, ())) for s in range(S)]
+    saved = [pack(parts.saved[s], s) for s in range(S)]
+    wsaved = [pack(parts.wsaved[s], s) for s in range(S)]
+    acc = [pack(parts.accumulated.get(s, ()), s) for s in range(S)]
+    sends = lp.sends if lp is not None else {}  # a stage sends its carry out for its in
+    segment_ops = {key: set(ids) for key, ids in parts.segments.items()}
     packs = {"fin": fin, "saved": saved, "bin": bin_, "wsaved": wsaved}
     lowered = LoweredPipeline(None, None, grid, nslots, parts, micro)
     reads = {key: reads_of(program, ids) for key, ids in parts.segments.items()}
@@ -219,8 +247,9 @@ def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None,
             for v, a in p.unpack(st[pool][slot[pool, s, m]]).items():
                 env[v] = {layout_key(layout_of(v)): a}
 
-        def get(vs):
-            return {v: env[v][layout_key(layout_of(v))] for v in vs}
+        def get(vs, rename=None):
+            rename = rename or {}
+            return {v: env[rename.get(v, v)][layout_key(layout_of(rename.get(v, v)))] for v in vs}
 
         if kind == "F" and s > 0:
             load("fin", fin[s])
@@ -230,21 +259,22 @@ def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None,
             load("bin", bin_[s])
         if kind == "W":
             load("wsaved", wsaved[s])
-        interp.m = m
+        interp.m, interp.s = m, s
         interp.run(env, parts.segments[s, kind])
         st = {k: (list(b) if isinstance(b, list) else b) for k, b in st.items()}
         if kind == "F":
             k = slot["saved", s, m]
             st["saved"][k] = saved[s].pack(get(saved[s].values), st["saved"][k])
             if s < S - 1:
-                st["out_f"] = fin[s + 1].pack(get(fin[s + 1].values), st["out_f"])
+                st["out_f"] = fin[s + 1].pack(get(fin[s + 1].values, sends), st["out_f"])
         if kind == "B":
             if s > 0:
-                st["out_b"] = bin_[s - 1].pack(get(bin_[s - 1].values), st["out_b"])
+                st["out_b"] = bin_[s - 1].pack(get(bin_[s - 1].values, sends), st["out_b"])
             if schedule.split_backward:
                 k = slot["wsaved", s, m]
                 st["wsaved"][k] = wsaved[s].pack(get(wsaved[s].values), st["wsaved"][k])
-        made = [v for v in acc[s].values if parts.home[v] == (s, kind)]
+        mine = segment_ops[s, kind]
+        made = [v for v in acc[s].values if program.values[v].producer in mine]
         st["acc"] = acc[s].add(get(made), st["acc"])
         return st
 
@@ -279,9 +309,15 @@ def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None,
             if any(w is not None and w.kind == "B" for w in tick.work[1:]):
                 st["in_b"] = _send(st["out_b"], axis, [(s + 1, s) for s in range(S - 1)])
         gathered = {dt: lax.all_gather(b, axis) for dt, b in st["acc"].items()}
+        ranges = {}  # a loop's stacked sums: each stage's range, in order
         for s in range(S):
             for v, a in acc[s].unpack({dt: g[s] for dt, g in gathered.items()}).items():
-                genv[v] = {layout_key(real_of(v)): a}
+                if lp is not None and v in lp.local:
+                    ranges.setdefault(v, []).append(a)
+                else:
+                    genv[v] = {layout_key(real_of(v)): a}
+        for v, pieces in ranges.items():
+            genv[v] = {layout_key(real_of(v)): jnp.concatenate(pieces, axis=0)}
         whole.run(genv, parts.post)
         return tuple(whole.outputs(genv))
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench.core.errors import InputError, TacticError
+from workbench.core.lowering.pipeline_loops import LoopParts, loop_parts, summed_stacks
 
 PHASE_KIND = {"forward": "F", "backward": "B"}
 
@@ -41,6 +42,7 @@ class Parts:
     bwd: tuple[tuple[int, ...], ...]
     saved: tuple[tuple[int, ...], ...]
     wsaved: tuple[tuple[int, ...], ...]
+    loop: LoopParts | None = None  # scanned blocks: the loops every stage runs a range of
 
 
 def reads_of(program, op_ids) -> set[int]:
@@ -63,21 +65,12 @@ def _name(program, o: int) -> str:
     return f"op {o} ({op.primitive}, {op.phase}, {'/'.join(op.scope) or 'top'}{where})"
 
 
-def refuse_loops(program, cuts) -> None:
-    """An ``InputError`` when the stages split a loop's iterations (scanned layers)."""
-    if cuts.loop is not None or cuts.looped:
-        raise InputError(
-            f"{program.name!r} runs its blocks under a loop (scan), and the pipeline lowering "
-            "runs unrolled blocks only so far (estimate() prices it). Write the layers as "
-            "repeated modules (unrolled) to run it pipelined."
-        )
-
-
-def split_parts(program, cuts, state, axis: str, split_backward: bool) -> Parts:
+def split_parts(program, cuts, state, axis: str, split_backward: bool, plan=None) -> Parts:
     """The parts of ``program`` pipelined along ``cuts``; ``state`` tiles the data inputs
-    over the microbatch axis ``axis`` (a partial sum over it is a sum over microbatches)."""
+    over the microbatch axis ``axis`` (a partial sum over it is a sum over microbatches);
+    ``plan`` (``state``'s): where a scanned step's loop sums its stacks over it."""
     values, ops = program.values, program.ops
-    refuse_loops(program, cuts)
+    lp = loop_parts(program, cuts)
     data = {v for v, _ in program.anatomy().data}
     body = set(program.body)
     dataonly: set[int] = set(data) | set(program.consts)
@@ -93,18 +86,28 @@ def split_parts(program, cuts, state, axis: str, split_backward: bool) -> Parts:
     for st in cuts.stages:
         for phase, kind in PHASE_KIND.items():
             ids = [o for o in getattr(st, phase) if o in body and o not in pre_set]
+            if lp is not None:  # every stage runs the loops, on its range of iterations
+                ids.append(lp.forward if kind == "F" else lp.backward)
             segments[st.index, kind] = sorted(ids)
             for o in ids:
                 for r in ops[o].results:
                     home[r] = (st.index, kind)
-    post, accumulated, moved = _post(program, home, dataonly, state, axis)
+    if lp is not None:  # where a loop's carry out is read whole: after the last, first
+        home.update({v: (S - 1, "F") for v in lp.carry_out[lp.forward]})
+        home.update({v: (0, "B") for v in lp.carry_out[lp.backward]})
+        _check_carries(program, lp, home, S)
+    summed = summed_stacks(program, lp, plan, axis) if plan is not None else frozenset()
+    post, accumulated, moved = _post(program, home, dataonly, state, axis, summed)
+    if lp is not None:
+        accumulated = _loop_sums(program, lp, accumulated, moved, post, S)
     for key, ids in segments.items():
         segments[key] = [o for o in ids if o not in moved]
     for o in moved:
         for r in ops[o].results:
             home.pop(r, None)
     if split_backward:
-        _split_weight_gradients(program, segments, home, S)
+        pinned = {lp.backward} if lp is not None else set()
+        _split_weight_gradients(program, segments, home, S, pinned)
     kinds = ("F", "B", "W") if split_backward else ("F", "B")
     reads = {key: reads_of(program, ids) for key, ids in segments.items()}
     placed = {o for ids in segments.values() for o in ids} | pre_set
@@ -119,15 +122,26 @@ def split_parts(program, cuts, state, axis: str, split_backward: bool) -> Parts:
                 )
             _check_order(program, key, v, home)
 
-    def needed_by(v, stages, allowed):
-        return any(v in reads[s, k] for s in stages for k in allowed if (s, k) in reads)
+    local = lp.local if lp is not None else frozenset()  # a loop's stacks: each stage's own
 
+    def needed_by(v, stages, allowed):
+        return v not in local and any(
+            v in reads[s, k] for s in stages for k in allowed if (s, k) in reads
+        )
+
+    carry_f, carry_b = set(), set()  # the loops' carries in: each stage sends its out
+    if lp is not None:
+        carry_f = {v for v, out in lp.sends.items() if out in lp.carry_out[lp.forward]}
+        carry_b = set(lp.sends) - carry_f
     fwd = tuple(
         tuple(
             sorted(
-                v
-                for v, (h, k) in home.items()
-                if k == "F" and h <= s and needed_by(v, range(s + 1, S), kinds)
+                {
+                    v
+                    for v, (h, k) in home.items()
+                    if k == "F" and h <= s and needed_by(v, range(s + 1, S), kinds)
+                }
+                | carry_f
             )
         )
         for s in range(S - 1)
@@ -135,7 +149,8 @@ def split_parts(program, cuts, state, axis: str, split_backward: bool) -> Parts:
     bwd = tuple(
         tuple(
             sorted(
-                v for v, (h, _) in home.items() if h > s and needed_by(v, range(s + 1), kinds[1:])
+                {v for v, (h, _) in home.items() if h > s and needed_by(v, range(s + 1), kinds[1:])}
+                | carry_b
             )
         )
         for s in range(S - 1)
@@ -146,6 +161,8 @@ def split_parts(program, cuts, state, axis: str, split_backward: bool) -> Parts:
         have |= set(fwd[s - 1]) if s else set()
         later = reads[s, "B"] | (reads[s, "W"] if split_backward else set())
         later |= set(bwd[s - 1]) if s else set()
+        if lp is not None:  # the forward loop's stacks of this stage's range
+            have |= set(lp.fresh)
         saved.append(tuple(sorted(have & later)))
         if split_backward:
             made_b = {v for v, (h, k) in home.items() if (h, k) == (s, "B")}
@@ -163,6 +180,7 @@ def split_parts(program, cuts, state, axis: str, split_backward: bool) -> Parts:
         bwd,
         tuple(saved),
         tuple(wsaved),
+        lp,
     )
 
 
@@ -186,9 +204,9 @@ def _check_order(program, key, v, home) -> None:
         )
 
 
-def _split_weight_gradients(program, segments, home, S) -> None:
+def _split_weight_gradients(program, segments, home, S, pinned=()) -> None:
     """Zero-bubble: each stage's backward ops into those another stage's backward needs
-    (and their inputs within the stage): "B"; the rest (weight gradients): "W"."""
+    (and their inputs within the stage; and ``pinned``, a loop): "B"; the rest: "W"."""
     ops, values = program.ops, program.values
     for s in range(S):
         ids = segments[s, "B"]
@@ -198,7 +216,7 @@ def _split_weight_gradients(program, segments, home, S) -> None:
             if t != s:
                 wanted |= {v for v in reads_of(program, other) if home.get(v) == (s, "B")}
         keep = set()
-        stack = [values[v].producer for v in wanted]
+        stack = [values[v].producer for v in wanted] + [o for o in ids if o in pinned]
         while stack:
             o = stack.pop()
             if o in keep or o not in mine:
@@ -214,7 +232,41 @@ def _split_weight_gradients(program, segments, home, S) -> None:
                 home[r] = (s, "W")
 
 
-def _post(program, home, dataonly, state, axis):
+def _check_carries(program, lp, home, S) -> None:
+    """A loop's carry in is made by the stage starting it: the forward's by the first, the
+    backward's by the last (it then crosses the boundaries as the carry out)."""
+    ops = program.ops
+    want = {lp.forward: (0, "F"), lp.backward: (S - 1, "B")}
+    for o, where in want.items():
+        carries = set(lp.carry_out[o])
+        for v, out in lp.sends.items():
+            if out in carries and v in home and home[v] != where:
+                raise InputError(
+                    f"the carry {v} of {_name(program, o)} is not made by stage {where[0]}'s "
+                    f"{'forward' if where[1] == 'F' else 'backward'} ops, so the pipeline "
+                    "cannot send each stage's carry on in its place; a carry starts in the "
+                    f"stage starting the loop, or before the pipeline ({ops[o].phase})."
+                )
+
+
+def _loop_sums(program, lp, accumulated, moved, post, S) -> dict:
+    """The backward loop's stacks (stacked gradients) are summed on every stage, each over
+    its range; nothing of the loops reruns after the pipeline."""
+    if {lp.forward, lp.backward} & (set(moved) | set(post)):
+        raise InputError(
+            f"after the pipeline, {program.name!r} reads a loop's result that is neither a "
+            "stacked gradient nor summed over the batch; the pipeline runs its loops per "
+            "microbatch and stage only."
+        )
+    sums = {v for vs in accumulated.values() for v in vs}
+    stacks = sums & lp.local
+    out = {s: tuple(v for v in vs if v not in stacks) for s, vs in accumulated.items()}
+    for s in range(S):
+        out[s] = tuple(sorted({*out.get(s, ()), *stacks}))
+    return out
+
+
+def _post(program, home, dataonly, state, axis, summed=frozenset()):
     """The ops the outputs need after the pipeline; per stage the sums it accumulates; and
     the segment ops moved after it (they read such sums: a loss's division by a count)."""
     values = program.values
@@ -228,7 +280,8 @@ def _post(program, home, dataonly, state, axis):
         o = values[v].producer
         if v in home:
             layout = state.shardings[v]
-            if layout.reduction_of(axis) == "sum" and layout.dim_of(axis) is None:
+            pending = layout.reduction_of(axis) == "sum" and layout.dim_of(axis) is None
+            if pending or v in summed:  # summed: a loop's stack, summed in its body
                 accumulated.setdefault(home[v][0], set()).add(v)
                 continue
             if layout.uses(axis):
