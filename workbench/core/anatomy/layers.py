@@ -71,6 +71,11 @@ class Layers:
     slots: dict[int, int] = field(default_factory=dict)  # parameter -> its place in a block
     origin: dict[int, int] = field(default_factory=dict)  # value -> the parameter it is
 
+    @property
+    def count(self) -> int:
+        """How many repeated blocks: a loop's trips over the stacked block, else the blocks."""
+        return self.repeats if self.stacked else len(self.blocks)
+
     def split_dim(self, anatomy, param: int) -> int | None:
         """The dimension Megatron splits: the hidden (heads first) class an up projection of
         ``param`` makes, as a dim of ``param``."""

@@ -100,7 +100,7 @@ def stage_cuts(program, stages, *, cost=None, layers=None) -> StageCuts:
             "repeated blocks: write the layers as repeated modules of one shape or under a "
             "lax.scan."
         )
-    n_blocks = found.repeats if found.stacked else len(found.blocks)
+    n_blocks = found.count
     if stages > n_blocks:
         raise InputError(
             f"stages={stages} is more than the {n_blocks} repeated blocks of {program.name!r}; "

@@ -44,7 +44,7 @@ from workbench.core.plan.plan import build_plan
 from workbench.core.plan.schedule import Schedule
 from workbench.core.plan.schedule import schedule as build_schedule
 from workbench.core.plan.sends import batched_values
-from workbench.core.strategies.pipeline import batch_size, check_chunks
+from workbench.core.strategies.pipeline import check_chunks, check_microbatches
 
 STATE = ("parameters", "gradients", "optimizer")
 
@@ -142,14 +142,9 @@ def price_pipeline(
     ``virtual_stages`` > 1 and schedule "interleaved") start (`stage_cuts`)."""
     hw = resolve(hardware)
     hide = _hidden(overlap)
-    batch = batch_size(program)
     whole = isinstance(microbatches, int) and not isinstance(microbatches, bool)
-    if whole and microbatches >= 1 and batch % microbatches:
-        fits = [m for m in range(1, batch + 1) if batch % m == 0]
-        raise InputError(
-            f"microbatches={microbatches} does not divide the batch of {batch} "
-            f"({program.name!r}'s data inputs); give one of {fits}"
-        )
+    if whole and microbatches >= 1:  # other values: the schedule says what it takes
+        check_microbatches(program, microbatches)
     sched = build_schedule(schedule, stages, microbatches, virtual_stages)
     check_chunks(program, stages, virtual_stages)
     cuts = stage_cuts(program, stages * virtual_stages, layers=layers)

@@ -233,7 +233,6 @@ def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None,
     segment_ops = {key: set(ids) for key, ids in parts.segments.items()}
     packs = {"fin": fin, "saved": saved, "bin": bin_, "wsaved": wsaved}
     lowered = LoweredPipeline(None, None, grid, nslots, parts, micro)
-    reads = {key: reads_of(program, ids) for key, ids in parts.segments.items()}
 
     def run_work(st, s, w, genv):
         m, kind = w.microbatch, w.kind

@@ -395,23 +395,18 @@ def apply_tactic(
         else:
             run(tactic, state)  # the state itself: a search keeps its decisions per state
         _note(program, mesh, prop, expanded, strict or getattr(tactic, "strict", False))
+        return _pipelined(program, mesh, prop.state())
     except WorkbenchError as err:  # say which tactic the user wrote, then what it ran into
         if str(err).startswith(str(tactic)):
             raise
         raise _within(tactic, err) from err
-    return _pipelined(program, mesh, prop.state(), tactic)
 
 
-def _pipelined(program, mesh: Mesh, state: State, tactic=None) -> State:
+def _pipelined(program, mesh: Mesh, state: State) -> State:
     """``state``, once its pipeline (if any) says it can still split the batch each device
     holds into its microbatches (a ``TacticError`` from ``pipeline.check`` otherwise)."""
     if state.pipeline is not None:
-        try:
-            state.pipeline.check(program, mesh, state)
-        except WorkbenchError as err:
-            if tactic is None or str(err).startswith(str(tactic)):
-                raise
-            raise _within(tactic, err) from err
+        state.pipeline.check(program, mesh, state)
     return state
 
 

@@ -185,11 +185,7 @@ class PP(Tactic):
             batch = batch_size(program)
             every = stages if self.schedule == "interleaved" else 1  # M a multiple of S
             m = self.microbatches or default_microbatches(held or batch, stages, every)
-            if batch % m:
-                fits = [k for k in range(1, batch + 1) if batch % k == 0]
-                raise InputError(
-                    f"microbatches={m} does not divide the batch of {batch}; give one of {fits}"
-                )
+            check_microbatches(program, m)
             table = schedule(self.schedule, stages, m, v)
             check_chunks(program, stages, v)
             cuts = stage_cuts(program, stages * v, layers=self.stages)
@@ -203,8 +199,7 @@ def pipeline_moves(program, mesh, axis: str) -> list[PP]:
     microbatches per stage (those dividing the batch); none where ``axis`` has one device
     or the step has fewer repeated blocks than it has devices."""
     stages = mesh.axis_size(axis)
-    layers = program.anatomy().layers
-    blocks = layers.repeats if layers.stacked else len(layers.blocks)
+    blocks = program.anatomy().layers.count
     if stages < 2 or blocks < stages:
         return []
     try:
@@ -227,8 +222,7 @@ def default_microbatches(batch: int, stages: int, every: int = 1) -> int:
 def check_chunks(program, stages: int, virtual_stages: int) -> None:
     """An ``InputError`` unless the step has a repeated block for each of the ``stages *
     virtual_stages`` virtual stages (a model chunk holds at least one block)."""
-    layers = program.anatomy().layers
-    blocks = layers.repeats if layers.stacked else len(layers.blocks)
+    blocks = program.anatomy().layers.count
     if virtual_stages > 1 and 2 <= blocks < stages * virtual_stages:
         ways = [f"virtual_stages <= {blocks // stages}"] * (blocks // stages >= 2)
         ways += [f"{blocks // 2} stages of 2 chunks"] * (blocks >= 4)
@@ -250,6 +244,17 @@ def batch_size(program) -> int:
             "shows what the workbench sees; correct it with wb.Role if it is wrong"
         )
     return sizes.pop()
+
+
+def check_microbatches(program, microbatches: int) -> None:
+    """An ``InputError`` unless ``microbatches`` divides the batch of ``program``."""
+    batch = batch_size(program)
+    if batch % microbatches:
+        fits = [m for m in range(1, batch + 1) if batch % m == 0]
+        raise InputError(
+            f"microbatches={microbatches} does not divide the batch of {batch} "
+            f"({program.name!r}'s data inputs); give one of {fits}"
+        )
 
 
 def pipeline_of(program, mesh, state) -> Pipeline | None:
