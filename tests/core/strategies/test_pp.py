@@ -156,6 +156,8 @@ def test_what_a_pipelined_step_cannot_do_yet_is_refused_saying_why(program):
     s.undo()
     with pytest.raises(InputError, match=r"lowers explicitly only"):
         s.lower("constrained")
+    with pytest.raises(InputError, match=r"lowering returns no intermediate values"):
+        s.lower(probes=[program.inputs[0]])
     s.jump(0)
     s.lower("constrained")  # the steps before the pipeline lower as ever
 
