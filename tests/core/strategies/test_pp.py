@@ -203,6 +203,39 @@ def test_the_other_axes_layouts_price_each_stage(program):
     assert tensor.state[1]["parameters"] < alone.state[1]["parameters"]
 
 
+def test_a_pipelined_estimate_names_the_other_axes_collectives(program):
+    """Under PP+BP+Z3 the busiest stage's gathers and reduce-scatters are communication,
+    by kind, not compute: compute and those collectives add up to the stage's busy time, and
+    a ZeRO-3 gather of a weight runs once per microbatch, as the lowering runs it."""
+    tail = [wb.BP("data"), wb.Z3("data")]
+    by_m = {}
+    for m in (2, 4):
+        s = wb.Session(program, MESH, [wb.PP("stage", microbatches=m), *tail])
+        e = by_m[m] = s.estimate("h100")
+        pe = e.pipeline
+        busiest = max(range(4), key=pe.busy)
+        assert e.by_kind["all-gather"] > 0 and e.by_kind["reduce-scatter"] > 0
+        assert e.by_kind["collective-permute"] == pytest.approx(pe.sends_s(busiest))
+        assert e.communication_s == pytest.approx(sum(e.by_kind.values()))
+        others = e.communication_s - pe.sends_s(busiest)
+        assert e.compute_s + others == pytest.approx(pe.busy(busiest))
+    # per microbatch, bar the few gathers the optimizer or the outputs need once a step
+    assert 1.8 < by_m[4].by_kind["all-gather"] / by_m[2].by_kind["all-gather"] <= 2
+    bp = wb.Session(program, MESH, [wb.PP("stage", microbatches=2), wb.BP("data")])
+    assert bp.estimate("h100").by_kind["all-gather"] == 0
+
+
+@pytest.mark.slow  # ~45 s: one compile of a pipelined step
+def test_pp_with_zero3_on_another_axis_runs_and_agrees(program):
+    """ZeRO-3 beside a pipeline: each stage gathers its weights per microbatch and
+    reduce-scatters their gradients over the data axis; the step still agrees."""
+    s = wb.Session(program, MESH, [wb.PP("stage", microbatches=2), wb.BP("data"), wb.Z3("data")])
+    kinds = {c.kind for c in s.collectives()}
+    assert {"all-gather", "reduce-scatter", "collective-permute"} <= kinds
+    result = s.run(repeats=1)
+    assert result.matches, result
+
+
 def test_estimate_prices_a_third_party_pipeline():
     p = external.program("eqx_lm")
     mesh = wb.Mesh({"stage": 2, "data": 2, "model": 2})

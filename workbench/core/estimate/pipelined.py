@@ -79,6 +79,8 @@ class PipelineEstimate:
     kernels: tuple[int, ...] = ()
     chunks: tuple[tuple[tuple[float, float, float, int], ...], ...] = ()
     link_sends: tuple[float, ...] = ()
+    #: per stage, per step: the other axes' collectives by kind (seconds, part of its passes)
+    collectives: tuple[dict[str, float], ...] = ()
 
     def sends_s(self, stage: int) -> float:
         """Seconds of sends stage ``stage`` takes part in per step: per microbatch, one
@@ -102,7 +104,8 @@ class PipelineEstimate:
 
     @property
     def bubble_s(self) -> float:
-        """Seconds the stages stand idle in the pipelined part, added over the stages."""
+        """Seconds the stages stand idle in the pipelined part, added over the stages (the
+        share: of the stages' time together)."""
         return self.timeline.bubble
 
     @property
@@ -114,7 +117,8 @@ class PipelineEstimate:
         v = f" v={s.virtual_stages}" if s.virtual_stages > 1 else ""
         rows = [
             f"{s.kind} pipeline on {self.hardware}: S={s.stages} M={s.microbatches}{v}: step "
-            f"{self.step_s:.4g} s, bubble {self.bubble_s:.4g} s (share {self.bubble_share:.3f})"
+            f"{self.step_s:.4g} s, bubble {self.bubble_s:.4g} s over the {s.stages} stages "
+            f"(share {self.bubble_share:.3f})"
         ]
         for i in range(s.stages):
             rows.append(
@@ -191,6 +195,7 @@ def _timeline(priced, sched, hw, hide: float, stride: int) -> PipelineEstimate:
     }
     opt = [sum(o for *_, o in row) + priced.once_per_stage() for row in times]
     work = [[priced.stage_work(st) for st in row] for row in chunks]
+    collectives = tuple(priced.stage_collectives(row) for row in chunks)
     links, p2p, link_sends = priced.sends(stride, S, v)
     durations = {k: [x[0] for x in rows] if v == 1 else rows for k, rows in per.items()}
     timeline = simulate(
@@ -209,7 +214,7 @@ def _timeline(priced, sched, hw, hide: float, stride: int) -> PipelineEstimate:
         hw.name, sched, priced.cuts, timeline, total["F"], total["B"], total["W"], tuple(p2p),
         tuple(links), tuple(opt), tuple(state), tuple(sum(a) for a in acts), peak,
         tuple(sum(f for f, _ in row) for row in work),
-        tuple(sum(k for _, k in row) for row in work), detail, tuple(link_sends),
+        tuple(sum(k for _, k in row) for row in work), detail, tuple(link_sends), collectives,
     )  # fmt: skip
 
 
@@ -227,6 +232,8 @@ class _Priced:
         self.batched = batched_values(program)  # 1/M of each per microbatch
         self.time: dict[int, tuple[float, float]] = {}  # op -> (scaled s, whole s) per step
         self.once = 0.0  # collectives for the program's outputs: once per step
+        self.once_kinds: dict[str, float] = {}
+        self.kinds: dict[int, dict[str, tuple[float, float]]] = {}  # op -> kind -> as time
         self.work: dict[int, tuple[float, int]] = {}  # op -> (FLOPs, kernels) per step
         for e in compute.op_estimates():
             over = hw.op_overhead if e.kernel else 0.0
@@ -256,13 +263,37 @@ class _Priced:
     def add_collectives(self, collectives) -> None:
         """Each collective's time on the op that needs it (see `price_planned`)."""
         for c in collectives:
-            op = c.collective.op
+            op, kind = c.collective.op, c.collective.kind
             if op is None:
                 self.once += c.total_s
+                self.once_kinds[kind] = self.once_kinds.get(kind, 0.0) + c.total_s
                 continue
             per_mb = c.total_s / self.M if c.collective.value in self.batched else c.total_s
             s, w = self.time.get(op, (0.0, 0.0))
             self.time[op] = (s + per_mb, w + c.total_s)
+            by = self.kinds.setdefault(op, {})
+            s, w = by.get(kind, (0.0, 0.0))
+            by[kind] = (s + per_mb, w + c.total_s)
+
+    def stage_collectives(self, chunks) -> dict[str, float]:
+        """Seconds per step of the collectives a stage's ``chunks`` run, by kind: a forward
+        or backward op's M times a microbatch's, an optimizer op's once, as `stage_times`
+        adds them; and those every stage runs once (`once_per_stage`)."""
+        out = dict(self.once_kinds)
+        for o, _ in self.cuts.unplaced:
+            for kind, (_, whole) in self.kinds.get(o, {}).items():
+                out[kind] = out.get(kind, 0.0) + whole
+        for st in chunks:
+            share = len(st.blocks) / self.n_blocks
+            parts = [(st.forward + st.backward, 1.0, False), (st.optimizer, 1.0, True)]
+            parts += [((o,), share, self.program.ops[self.top[o]].phase == "optimizer")
+                      for o in self.cuts.looped]  # fmt: skip
+            for ops, part, once in parts:
+                for o in ops:
+                    for kind, (per_mb, whole) in self.kinds.get(o, {}).items():
+                        add = part * (whole if once else self.M * per_mb)
+                        out[kind] = out.get(kind, 0.0) + add
+        return out
 
     def nbytes(self, v: int) -> int:
         return self.shardings[v].local_nbytes(self.mesh)

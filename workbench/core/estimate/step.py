@@ -38,8 +38,8 @@ class Estimate:
     kernels: int = 0  # kernels launched per device per step (ops after fusion, local steps)
     fresh_memory_s: float = 0.0  # part of compute: first touch of fresh per-step buffers
     #: a pipelined step's stages and timeline (`PipelineEstimate`); then the figures above
-    #: are the busiest stage's (its other axes' collectives in compute_s), communication_s
-    #: its sends and receives, and memory the stage with the highest peak
+    #: are the busiest stage's (communication_s: its sends and receives and its other axes'
+    #: collectives, in sequence; step_s the timeline's), and memory the highest stage peak
     pipeline: PipelineEstimate | None = field(default=None, repr=False)
 
     def by_tactic(self) -> dict[int | None, float]:
@@ -154,6 +154,7 @@ def _pipelined(program, mesh, state, plan, hardware, pipeline, overlap) -> Estim
     S = pe.schedule.stages
     busiest = max(range(S), key=pe.busy)
     sends = pe.sends_s(busiest)
+    others = pe.collectives[busiest] if pe.collectives else {}
     at = max(range(S), key=lambda s: pe.peak[s])
     held = dict(pe.state[at])
     in_flight = pe.peak[at] - sum(held.values())
@@ -162,13 +163,15 @@ def _pipelined(program, mesh, state, plan, hardware, pipeline, overlap) -> Estim
         held["parameters"] + held["optimizer"], 0, in_flight + held["gradients"],
         hardware.memory_bytes, held,
     )  # fmt: skip
+    by_kind = {**dict.fromkeys(KINDS, 0.0), **others}
+    by_kind["collective-permute"] = by_kind.get("collective-permute", 0.0) + sends
     return Estimate(
         hardware=hardware.name,
-        compute_s=pe.busy(busiest),
-        communication_s=sends,
+        compute_s=pe.busy(busiest) - sum(others.values()),
+        communication_s=sends + sum(others.values()),
         step_s=pe.step_s,
         overlap=overlap,
-        by_kind={**dict.fromkeys(KINDS, 0.0), "collective-permute": sends},
+        by_kind=by_kind,
         flops=pe.flops[busiest],
         memory=memory,
         ops=(),
