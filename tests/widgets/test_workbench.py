@@ -331,3 +331,26 @@ def test_a_pipelined_step_shows_its_timeline():
     assert b.figures["time"].data[0].name == "F: forward"
     b.history.undo.click()
     assert b.figures["time"].data[0].name != "F: forward"
+
+
+def test_the_pp_button_pipelines_with_its_settings_and_refuses_bad_ones():
+    """PP goes on a stage-like axis with the microbatches, schedule and chunks the panel
+    holds; settings the step cannot take leave the session as it was, saying why."""
+    ex = build("lm", lm.Config.preset("tiny", n_layers=4))
+    b = on_page(Workbench(ex.fn, *ex.args, mesh={"data": 2, "stage": 4}))
+    bar = b.strategies
+    bar.microbatches.value = 3  # does not divide the batch of 8
+    bar.buttons["PP"].click()
+    assert b.session.step == 0 and "microbatches=3" in bar.error.value
+    bar.microbatches.value, bar.schedule.value = 8, "gpipe"
+    bar.buttons["PP"].click()
+    assert [str(t) for t in b.session.history] == ["PP('stage', microbatches=8, schedule='gpipe')"]
+    assert not bar.error.value and "pipeline: 4 stages x 8 microbatches, gpipe" in b.summary.value
+    bar.buttons["BP"].click()  # on data: 4 examples a device, fewer than 8 microbatches
+    assert b.session.step == 1 and "microbatches" in bar.error.value
+    b.history.undo.click()
+    bar.microbatches.value, bar.schedule.value = 4, "1f1b"
+    bar.buttons["PP"].click()
+    bar.buttons["BP"].click()
+    assert [str(t) for t in b.session.history] == ["PP('stage', microbatches=4)", "BP('data')"]
+    assert b.session.estimate(b.hardware, overlap=b.overlap).pipeline.schedule.kind == "1f1b"

@@ -1,7 +1,7 @@
 """The workbench's input panels: each turns clicks into one call on the `Workbench`.
 
 ``TacticBuilder`` (value, kind, dim, axis -> a Tile / Replicate / Atomic), ``StrategyBar``
-(one button per named strategy), ``AutoPanel`` (the search, with a progress bar) and
+(one button per named strategy, and PP with its microbatches, schedule and chunks), ``AutoPanel`` (the search, with a progress bar) and
 ``HistoryPanel`` (the schedule, undo / redo / reset / jump). None of them changes the
 session itself: they build tactics and hand them to ``Workbench.act``.
 """
@@ -11,9 +11,15 @@ from __future__ import annotations
 import ipywidgets as w
 
 from workbench.core.ir.selectors import select
+from workbench.core.plan.schedule import SCHEDULES
 from workbench.core.propagate.tactics import Atomic, Replicate, Tile
 from workbench.core.search.tree import Auto
-from workbench.core.strategies.named import STRATEGIES, conventional_axis, suggested_axis
+from workbench.core.strategies.named import (
+    NAMED,
+    STRATEGIES,
+    conventional_axis,
+    suggested_axis,
+)
 from workbench.core.units import format_bytes, format_seconds
 from workbench.widgets.render import notes
 
@@ -71,7 +77,9 @@ def heading(text: str) -> w.HTML:
 
 
 class StrategyBar:
-    """One button per named strategy, each on its suggested axis unless one is chosen."""
+    """One button per named strategy, each on its suggested axis unless one is chosen; PP
+    (on a stage-like axis unless one is chosen) with its microbatches, schedule and model
+    chunks per stage."""
 
     def __init__(self, bench):
         self.bench = bench
@@ -87,6 +95,20 @@ class StrategyBar:
             b = button(name, f"wb-strategy-{name}", f"{name}: {doc}")
             b.on_click(lambda _, name=name: self.apply(name))
             self.buttons[name] = b
+        pp = self.buttons["PP"] = button(
+            "PP", "wb-strategy-PP", "PP: pipeline the repeated blocks over the axis in stages"
+        )
+        pp.on_click(lambda _: self.apply_pipeline())
+        small = w.Layout(width="170px")
+        self.microbatches = w.BoundedIntText(
+            value=0, min=0, max=1 << 16, description="microbatches", layout=small,
+            tooltip="microbatches per step (0: four per stage, as the batch allows)",
+        )  # fmt: skip
+        self.schedule = w.Dropdown(options=SCHEDULES, value="1f1b", layout=w.Layout(width="120px"))
+        self.chunks = w.BoundedIntText(
+            value=1, min=1, max=64, description="chunks", layout=small,
+            tooltip="model chunks per stage (more than 1: the interleaved schedule)",
+        )  # fmt: skip
         self.error = error_line()
         self.box = panel(
             "strategies",
@@ -94,16 +116,33 @@ class StrategyBar:
                 heading("Named strategies"),
                 w.HBox([*self.buttons.values()], layout=w.Layout(flex_flow="row wrap")),
                 self.axis,
+                w.HBox(
+                    [self.microbatches, self.schedule, self.chunks],
+                    layout=w.Layout(flex_flow="row wrap"),
+                ),
                 self.error,
             ],
         )
 
     def axis_for(self, name: str) -> str:
         mesh = self.bench.session.mesh
-        return suggested_axis(name, mesh) if self.axis.value == SUGGESTED else self.axis.value
+        if self.axis.value != SUGGESTED:
+            return self.axis.value
+        return conventional_axis("stage", mesh) if name == "PP" else suggested_axis(name, mesh)
 
     def apply(self, name: str) -> None:
         self.bench.act(f"{name}", lambda: STRATEGIES[name](self.axis_for(name)), self.error)
+
+    def apply_pipeline(self) -> None:
+        def make():
+            return NAMED["PP"](
+                self.axis_for("PP"),
+                microbatches=self.microbatches.value or None,
+                schedule=self.schedule.value,
+                virtual_stages=self.chunks.value,
+            )
+
+        self.bench.act("PP", make, self.error)
 
 
 class TacticBuilder:

@@ -11,6 +11,7 @@ from workbench.core.propagate.tactics import checked_init
 #: Axis names each kind of strategy usually runs on, by convention.
 DATA_AXES = ("batch", "data", "dp", "fsdp", "replica")
 MODEL_AXES = ("model", "tensor", "tp", "mp", "heads")
+STAGE_AXES = ("stage", "stages", "pipe", "pipeline", "pp")
 
 #: Every named tactic by class name: the strategies and the tactics that partition nothing
 #: (``Role``), in the order they registered.
@@ -58,18 +59,10 @@ def suggested_axis(strategy: str, mesh) -> str:
 
 
 def conventional_axis(kind: str, mesh) -> str:
-    """The mesh axis named by convention for ``kind`` (``"data"`` or ``"model"``) work, else
-    the first axis for data, the last for model."""
-    data = kind == "data"
-    conventional = DATA_AXES if data else MODEL_AXES
+    """The mesh axis named by convention for ``kind`` (``"data"``, ``"model"`` or
+    ``"stage"``) work, else the first axis for data and stages, the last for model."""
+    conventional = {"data": DATA_AXES, "model": MODEL_AXES, "stage": STAGE_AXES}[kind]
     for name in mesh.names:
         if name.lower() in conventional:
             return name
-    return mesh.names[0] if data else mesh.names[-1]
-
-
-def __getattr__(name: str):
-    # a named tactic by name, as the families registered it (the package imports them all)
-    if name in NAMED:
-        return NAMED[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return mesh.names[-1] if kind == "model" else mesh.names[0]
