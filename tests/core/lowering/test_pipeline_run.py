@@ -1,6 +1,8 @@
 """The pipeline lowering: a captured step run as a pipeline of stages over one mesh axis
 computes what the unpartitioned step computes, in the order its schedule table gives."""
 
+import ast
+import re
 from functools import cache
 
 import jax
@@ -61,20 +63,29 @@ def mlp(norm: bool = False):
 
 
 @cache
-def zoo_lm():
-    ex = build("lm", lm.Config.preset("tiny", n_layers=4))
+def zoo_lm(layers: int = 4, kind: str = "lm"):
+    ex = build(kind, lm.Config.preset("tiny", n_layers=layers))
     program = wb.capture(ex.fn, *ex.args)
     return program, example_inputs(program)
 
 
-def pipelined(program, kind, S, M, mesh=None, state=None):
+@cache
+def abstract_lm(layers: int = 4):
+    """The zoo LM captured from shapes alone, and its inputs' shapes (to trace, not run)."""
+    ex = build("lm", lm.Config.preset("tiny", n_layers=layers), abstract=True)
+    program = wb.capture(ex.fn, *ex.args)
+    return program, [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in program.input_values]
+
+
+def pipelined(program, kind, S, M, mesh=None, state=None, v=1):
     mesh = mesh or wb.Mesh({"stage": S})
-    cuts, sched = stage_cuts(program, S), schedule(kind, S, M)
+    cuts, sched = stage_cuts(program, S * v), schedule(kind, S, M, v)
     return lower_pipeline(program, mesh, "stage", cuts, sched, state=state)
 
 
-def session(program, mesh, kind, M, *others):
-    return wb.Session(program, mesh, [wb.PP("stage", microbatches=M, schedule=kind), *others])
+def session(program, mesh, kind, M, *others, v=1):
+    pp = wb.PP("stage", microbatches=M, schedule=kind, virtual_stages=v)
+    return wb.Session(program, mesh, [pp, *others])
 
 
 def assert_agrees(program, flat, lowered):
@@ -95,22 +106,43 @@ def test_each_stage_emits_its_row_of_the_schedule(kind):
     assert [tuple(row) for row in lowered.emitted] == [tuple(row) for row in sched.table]
 
 
-@pytest.mark.parametrize("kind", ["gpipe", "1f1b", "zero-bubble"])
-@pytest.mark.parametrize("S, M", [(2, 2), (4, 4), (4, 8), (3, 5)])
-def test_ticks_respect_the_dependencies(kind, S, M):
-    sched = schedule(kind, S, M)
-    done = {}
+def test_each_device_emits_its_row_of_the_interleaved_schedule_chunks_included():
+    program, flat = abstract_lm()
+    sched = schedule("interleaved", 2, 4, 2)
+    lowered = pipelined(program, "interleaved", 2, 4, v=2)
+    jax.eval_shape(lowered.fn, *flat)
+    assert [tuple(row) for row in lowered.emitted] == [tuple(row) for row in sched.table]
+    assert {w.chunk for row in lowered.emitted for w in row} == {0, 1}
+
+
+CASES = [(k, S, M, 1) for k in ("gpipe", "1f1b", "zero-bubble") for S, M in
+         [(2, 2), (4, 4), (4, 8), (3, 5)]]  # fmt: skip
+CASES += [("interleaved", S, M, v) for S, M, v in [(2, 2, 2), (2, 4, 3), (4, 8, 2), (3, 6, 2)]]
+
+
+@pytest.mark.parametrize("kind, S, M, v", CASES)
+def test_ticks_respect_the_dependencies(kind, S, M, v):
+    """F of virtual stage g = c*S + s after F of g-1 (device S-1's chunk c before device
+    0's chunk c+1), B after B of g+1, each message stored on the device that runs it."""
+    sched = schedule(kind, S, M, v)
+    done, stored, V = {}, set(), S * v
     for t, tick in enumerate(ticks(sched)):
+        for s, items in enumerate(tick.stores):
+            for pool, g, m in items:
+                assert g % S == s
+                stored.add((pool, g, m))
         for s, w in enumerate(tick.work):
             if w is None:
                 continue
-            if w.kind == "F" and s > 0:
-                assert done["F", s - 1, w.microbatch] < t
-            if w.kind == "B" and s < S - 1:
-                assert done["B", s + 1, w.microbatch] < t
-            done[w.kind, s, w.microbatch] = t
+            g = w.chunk * S + s
+            if w.kind == "F" and g > 0:
+                assert done["F", g - 1, w.microbatch] < t and ("fin", g, w.microbatch) in stored
+            if w.kind == "B" and g < V - 1:
+                assert done["B", g + 1, w.microbatch] < t and ("bin", g, w.microbatch) in stored
+            done[w.kind, g, w.microbatch] = t
     rows = [[w for tick in ticks(sched) if (w := tick.work[s])] for s in range(S)]
     assert rows == [list(row) for row in sched.table]
+    assert len(stored) == 2 * M * (V - 1)  # every boundary, both ways, every microbatch
 
 
 def test_gpipe_keeps_every_microbatch_and_1f1b_at_most_the_stages():
@@ -118,6 +150,22 @@ def test_gpipe_keeps_every_microbatch_and_1f1b_at_most_the_stages():
     assert pipelined(program, "gpipe", 2, 4).slots["saved"] == 4
     assert pipelined(program, "1f1b", 2, 4).slots["saved"] == 2
     assert pipelined(program, "zero-bubble", 2, 4).slots["saved"] == 2
+
+
+def test_interleaved_chunks_share_a_devices_slots_as_many_as_its_table_holds_in_flight():
+    """A device keeps each chunk's microbatch from its F to its B; at S=2, M=4, v=2 stage
+    0 runs 4 forwards before its first backward, so it holds 5 (not v * 4 = 8)."""
+    program, _ = abstract_lm()
+    sched = schedule("interleaved", 2, 4, 2)
+    flight = []
+    for row in sched.table:
+        n = peak = 0
+        for w in row:
+            n += 1 if w.kind == "F" else -1
+            peak = max(peak, n)
+        flight.append(peak)
+    assert flight == [5, 3]
+    assert pipelined(program, "interleaved", 2, 4, v=2).slots["saved"] == max(flight)
 
 
 # -- the parts: what runs before, per microbatch, and after --------------------------------
@@ -157,7 +205,7 @@ def test_bad_inputs_say_what_would_work():
     tiled = wb.Session(program, wb.Mesh({"stage": 2}), [wb.BP("stage")]).state
     with pytest.raises(InputError, match=r"over 'stage'.*the pipeline's stage axis"):
         lower_pipeline(program, wb.Mesh({"stage": 2}), "stage", cuts, sched, state=tiled)
-    with pytest.raises(InputError, match="one model chunk per stage"):
+    with pytest.raises(InputError, match=r"2 devices of 2 model chunks.*into 4 stages"):
         sched = schedule("interleaved", 2, 2, virtual_stages=2)
         lower_pipeline(program, wb.Mesh({"stage": 2}), "stage", cuts, sched)
 
@@ -351,3 +399,49 @@ def test_the_compiled_schedules_hold_what_the_simulator_says_they_hold():
     measured = temp["gpipe"] - temp["1f1b"]
     simulated = flight["gpipe"] - flight["1f1b"]
     assert measured > 0 and abs(measured / simulated - 1) < 0.2, (temp, flight)
+
+
+# -- interleaved: v model chunks per device, device S-1 sending back to device 0 ------------
+def test_interleaved_sends_wrap_from_the_last_device_to_the_first_as_the_plan_lists():
+    """The lowered program permutes device 3's chunk-0 activations to device 0 (and the
+    cotangents back), and the session's collectives list those sends, M a step each."""
+    program, flat = abstract_lm(8)
+    mesh = wb.Mesh({"stage": 4, "data": 2})
+    s = session(program, mesh, "interleaved", 4, wb.BP("data"), v=2)
+    fn, _ = s.lower()
+    text = str(jax.make_jaxpr(fn)(*flat))
+    perms = [ast.literal_eval(p) for p in re.findall(r"perm=(\(\([0-9, ()]*\)\))", text)]
+    assert sum((3, 0) in p for p in perms) == sum((0, 3) in p for p in perms) == 4
+    whys = {c.why.split(" (PP")[0]: c for c in s.collectives() if "(chunk 1)" in c.why}
+    forward = [w for w in whys if w.startswith("stage 3 (chunk 0) sends each")]
+    back = [w for w in whys if w.startswith("stage 0 (chunk 1) sends the gradient")]
+    assert forward and len(back) == len(forward)
+    assert all(w.endswith("to stage 0 (chunk 1)") for w in forward)
+    assert all(whys[w].kind == "collective-permute" and whys[w].count == 4 for w in forward + back)
+
+
+@pytest.mark.slow  # ~50 s (half of it the unpartitioned references): 8 blocks on 4 x 2
+def test_zoo_lm_interleaved_beside_data_parallelism_agrees():
+    program, _ = zoo_lm(8)
+    s = session(program, wb.Mesh({"stage": 4, "data": 2}), "interleaved", 4, wb.BP("data"), v=2)
+    result = s.run(repeats=1)
+    assert result.matches, result
+
+
+@pytest.mark.slow  # ~20 s
+def test_zoo_lm_interleaved_beside_data_and_model_parallelism_agrees():
+    program, _ = zoo_lm()
+    mesh = wb.Mesh({"stage": 2, "model": 2, "data": 2})
+    s = session(program, mesh, "interleaved", 2, wb.BP("data"), wb.MP("model"), v=2)
+    result = s.run(repeats=1)
+    assert result.matches, result
+
+
+@pytest.mark.slow  # ~25 s
+def test_the_zoo_scanned_lm_interleaved_runs_each_chunk_over_its_range():
+    program, _ = zoo_lm(4, "lm_scan")
+    s = session(program, wb.Mesh({"stage": 2, "data": 2}), "interleaved", 2, wb.BP("data"), v=2)
+    parts = pipelined(program, "interleaved", 2, 2, mesh=s.mesh, state=s.state, v=2).parts
+    assert parts.loop.ranges == ((0, 1), (1, 2), (2, 3), (3, 4))  # virtual stage g: block g
+    result = s.run(repeats=1, devices=jax.devices()[:4])
+    assert result.matches, result

@@ -2,19 +2,20 @@
 
 ``lower_pipeline(program, mesh, axis, cuts, schedule)`` cuts the differentiated step into
 per-stage segments (`pipeline_segments`), unrolls the schedule's table into ticks, and
-builds one ``shard_map`` program: in each tick every device along ``axis`` runs its stage's
-work item (``lax.switch`` on its index), then ``ppermute`` moves the activations sent to the
-next stage and the cotangents sent to the previous one. A segment runs at one
-microbatch's local shapes, interpreted like the explicit lowering with the microbatches as
-a mesh axis walked in time: the microbatch state is the session's state (its layouts on
+builds one ``shard_map`` program: in each tick every device along ``axis`` runs its work
+item (``lax.switch`` on its index), then ``ppermute`` moves activations to the next stage
+and cotangents to the previous one. Interleaved, the cuts hold S*v virtual stages, chunk c
+of device s being c*S + s: device S-1 sends chunk c's activations to device 0's chunk c+1.
+A segment runs at one microbatch's local shapes, interpreted like the explicit lowering
+with the microbatches as a mesh axis walked in time: the session's state (its layouts on
 the other axes) with the batch tiled further over a "microbatch" axis, so a segment performs
 the plan's collectives over the other axes and takes its microbatch's block where the plan
-would slice the microbatch axis. What a stage keeps between its passes lives in slots reused
-once a microbatch is done (GPipe holds M in flight, 1F1B at most S). Sums over the batch
-accumulate over microbatches (still pending over the other axes); what runs once before and
-after the pipeline (a token count, the update) runs as the explicit lowering runs it.
-Blocks under a loop (scanned layers): each stage runs its range of the loop's iterations
-(`pipeline_loops`).
+would slice the microbatch axis. What a stage keeps between its passes lives in slots a
+device's chunks share, reused once a microbatch is done (GPipe holds M in flight, 1F1B at
+most S, interleaved its warmup). Sums over the batch accumulate over microbatches (still
+pending over the other axes); what runs once before and after the pipeline (a token count,
+the update) runs as the explicit lowering runs it. Blocks under a loop (scanned layers):
+each (virtual) stage runs its range of the loop's iterations (`pipeline_loops`).
 """
 
 from __future__ import annotations
@@ -190,11 +191,13 @@ def localize(x, layout, m: int, mesh: Mesh):
 def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None, state=None):
     """A jitted function of ``program``'s flat inputs computing its outputs as a pipeline
     over ``axis`` of ``mesh``: stage s of ``cuts`` (`anatomy.stages.stage_cuts`) on the
-    devices at index s of ``axis``, in the order ``schedule`` (`plan.schedule`) gives.
+    devices at index s of ``axis``, in the order ``schedule`` (`plan.schedule`) gives (with
+    v chunks per stage, ``cuts`` holds S*v virtual stages, stage g on index g % S).
     ``state``: the layouts on the other axes (a `State` of ``mesh`` leaving ``axis`` unused;
     default: every value whole), the inputs placed and the outputs returned as it says.
     Returns a `LoweredPipeline`."""
-    S, M = _check(program, mesh, axis, cuts, schedule)
+    S, M, nchunks = _check(program, mesh, axis, cuts, schedule)
+    V = S * nchunks  # virtual stages: chunk c of device s is c*S + s
     state = State.initial(program) if state is None else state
     tiled = [v for v, sh in state.shardings.items() if sh.uses(axis)]
     if tiled:
@@ -210,7 +213,7 @@ def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None,
     parts = split_parts(program, cuts, micro, MICROBATCH, schedule.split_backward, mplan)
     _check_coupling(program, mplan, parts)
     grid = ticks(schedule)
-    slot, nslots = slots_of(grid, S, schedule.split_backward)
+    slot, nslots = slots_of(grid, S, schedule.split_backward, nchunks)
     layout_of, real_of = _layouts(program, mplan, micro), _layouts(program, plan, state)
     lp = parts.loop
     check_layouts(program, lp, mplan, layout_of, real_of)
@@ -221,81 +224,88 @@ def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None,
     summed = {v for vs in parts.accumulated.values() for v in vs}
     _check_crossing(program, sorted(outside | summed), layout_of, real_of)
 
-    def pack(vs, s=0):  # stage s's loop stacks hold its range of iterations
-        return Pack(vs, resized(layout_of, lp, s), mb)
+    def pack(vs, g=0):  # virtual stage g's loop stacks hold its range of iterations
+        return Pack(vs, resized(layout_of, lp, g), mb)
 
-    fin = [pack(parts.fwd[s - 1]) if s else pack(()) for s in range(S)]
-    bin_ = [pack(parts.bwd[s]) if s < S - 1 else pack(()) for s in range(S)]
-    saved = [pack(parts.saved[s], s) for s in range(S)]
-    wsaved = [pack(parts.wsaved[s], s) for s in range(S)]
-    acc = [pack(parts.accumulated.get(s, ()), s) for s in range(S)]
+    fin = [pack(parts.fwd[g - 1]) if g else pack(()) for g in range(V)]
+    bin_ = [pack(parts.bwd[g]) if g < V - 1 else pack(()) for g in range(V)]
+    saved = [pack(parts.saved[g], g) for g in range(V)]
+    wsaved = [pack(parts.wsaved[g], g) for g in range(V)]
+    acc = [pack(parts.accumulated.get(g, ()), g) for g in range(V)]
     sends = lp.sends if lp is not None else {}  # a stage sends its carry out for its in
     segment_ops = {key: set(ids) for key, ids in parts.segments.items()}
     packs = {"fin": fin, "saved": saved, "bin": bin_, "wsaved": wsaved}
     lowered = LoweredPipeline(None, None, grid, nslots, parts, micro)
 
-    def run_work(st, s, w, genv):
+    def run_work(st, g, w, genv):  # work item w of virtual stage g
         m, kind = w.microbatch, w.kind
         env = {}
-        for v in reads[s, kind]:
+        for v in reads[g, kind]:
             if v in genv:
                 x = genv[v][layout_key(real_of(v))]
                 env[v] = {layout_key(layout_of(v)): localize(x, layout_of(v), m, mb)}
 
         def load(pool, p):
-            for v, a in p.unpack(st[pool][slot[pool, s, m]]).items():
+            for v, a in p.unpack(st[pool][slot[pool, g, m]]).items():
                 env[v] = {layout_key(layout_of(v)): a}
 
         def get(vs, rename=None):
             rename = rename or {}
             return {v: env[rename.get(v, v)][layout_key(layout_of(rename.get(v, v)))] for v in vs}
 
-        if kind == "F" and s > 0:
-            load("fin", fin[s])
+        if kind == "F" and g > 0:
+            load("fin", fin[g])
         if kind in "BW":
-            load("saved", saved[s])
-        if kind == "B" and s < S - 1:
-            load("bin", bin_[s])
+            load("saved", saved[g])
+        if kind == "B" and g < V - 1:
+            load("bin", bin_[g])
         if kind == "W":
-            load("wsaved", wsaved[s])
-        interp.m, interp.s = m, s
-        interp.run(env, parts.segments[s, kind])
+            load("wsaved", wsaved[g])
+        interp.m, interp.s = m, g
+        interp.run(env, parts.segments[g, kind])
         st = {k: (list(b) if isinstance(b, list) else b) for k, b in st.items()}
         if kind == "F":
-            k = slot["saved", s, m]
-            st["saved"][k] = saved[s].pack(get(saved[s].values), st["saved"][k])
-            if s < S - 1:
-                st["out_f"] = fin[s + 1].pack(get(fin[s + 1].values, sends), st["out_f"])
+            k = slot["saved", g, m]
+            st["saved"][k] = saved[g].pack(get(saved[g].values), st["saved"][k])
+            if g < V - 1:
+                st["out_f"] = fin[g + 1].pack(get(fin[g + 1].values, sends), st["out_f"])
         if kind == "B":
-            if s > 0:
-                st["out_b"] = bin_[s - 1].pack(get(bin_[s - 1].values, sends), st["out_b"])
+            if g > 0:
+                st["out_b"] = bin_[g - 1].pack(get(bin_[g - 1].values, sends), st["out_b"])
             if schedule.split_backward:
-                k = slot["wsaved", s, m]
-                st["wsaved"][k] = wsaved[s].pack(get(wsaved[s].values), st["wsaved"][k])
-        mine = segment_ops[s, kind]
-        made = [v for v in acc[s].values if program.values[v].producer in mine]
-        st["acc"] = acc[s].add(get(made), st["acc"])
+                k = slot["wsaved", g, m]
+                st["wsaved"][k] = wsaved[g].pack(get(wsaved[g].values), st["wsaved"][k])
+        mine = segment_ops[g, kind]
+        made = [v for v in acc[g].values if program.values[v].producer in mine]
+        st["acc"][w.chunk] = acc[g].add(get(made), st["acc"][w.chunk])
         return st
 
     def branch(s, tick, genv):
         def run(st):
             st = {k: (list(b) if isinstance(b, list) else b) for k, b in st.items()}
-            for pool, m in tick.stores[s]:
-                st[pool][slot[pool, s, m]] = st["in_f" if pool == "fin" else "in_b"]
+            for pool, g, m in tick.stores[s]:
+                st[pool][slot[pool, g, m]] = st["in_f" if pool == "fin" else "in_b"]
             w = tick.work[s]
             if w is not None:
                 lowered.emitted[s].append(w)
-                st = run_work(st, s, w, genv)
+                st = run_work(st, w.chunk * S + s, w, genv)
             return st
 
         return run
+
+    def links(tick, kind, step):  # the (device, device) pairs sending in this tick
+        out = []
+        for s, w in enumerate(tick.work):
+            if w is not None and w.kind == kind and 0 <= w.chunk * S + s + step < V:
+                out.append((s, (s + step) % S))
+        return out
 
     def per_device(*flat):
         lowered.emitted[:] = [[] for _ in range(S)]
         genv = whole.start(flat)
         whole.run(genv, parts.pre)
         st = {p: [zeros(packs[p])] * nslots[p] for p in POOLS}
-        st["acc"] = zeros(acc)
+        st["acc"] = [zeros(acc)] * nchunks  # per chunk: its virtual stage's sums
         st["out_f"] = st["in_f"] = zeros(fin)
         st["out_b"] = st["in_b"] = zeros(bin_)
         index = lax.axis_index(axis)
@@ -303,14 +313,15 @@ def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None,
             busy = [tick.work[s] is not None or tick.stores[s] for s in range(S)]
             if any(busy):
                 st = lax.switch(index, [branch(s, tick, genv) for s in range(S)], st)
-            if any(w is not None and w.kind == "F" for w in tick.work[: S - 1]):
-                st["in_f"] = _send(st["out_f"], axis, [(s, s + 1) for s in range(S - 1)])
-            if any(w is not None and w.kind == "B" for w in tick.work[1:]):
-                st["in_b"] = _send(st["out_b"], axis, [(s + 1, s) for s in range(S - 1)])
-        gathered = {dt: lax.all_gather(b, axis) for dt, b in st["acc"].items()}
-        ranges = {}  # a loop's stacked sums: each stage's range, in order
-        for s in range(S):
-            for v, a in acc[s].unpack({dt: g[s] for dt, g in gathered.items()}).items():
+            if forward := links(tick, "F", 1):
+                st["in_f"] = _send(st["out_f"], axis, forward)
+            if backward := links(tick, "B", -1):
+                st["in_b"] = _send(st["out_b"], axis, backward)
+        gathered = [{dt: lax.all_gather(b, axis) for dt, b in c.items()} for c in st["acc"]]
+        ranges = {}  # a loop's stacked sums: each virtual stage's range, in order
+        for g in range(V):
+            c, s = divmod(g, S)
+            for v, a in acc[g].unpack({dt: x[s] for dt, x in gathered[c].items()}).items():
                 if lp is not None and v in lp.local:
                     ranges.setdefault(v, []).append(a)
                 else:
@@ -400,26 +411,22 @@ def _send(bufs: dict, axis: str, perm) -> dict:
     return {dt: lax.ppermute(b, axis, perm) for dt, b in bufs.items()}
 
 
-def _check(program, mesh: Mesh, axis: str, cuts, schedule) -> tuple[int, int]:
-    """(stages, microbatches), checked against each other and the program's batch."""
+def _check(program, mesh: Mesh, axis: str, cuts, schedule) -> tuple[int, int, int]:
+    """(stages, microbatches, chunks per stage), checked against each other and the
+    program's batch."""
     if not isinstance(mesh, Mesh) or axis not in mesh.names:
         names = list(mesh.names) if isinstance(mesh, Mesh) else None
         raise InputError(
             f"axis={given(axis)} is not an axis of the mesh {given(mesh)}; give the name of "
             f"the stages' axis, one of {names}."
         )
-    S = mesh.axis_size(axis)
-    if schedule.virtual_stages != 1:
+    S, C = mesh.axis_size(axis), schedule.virtual_stages
+    if len(cuts.stages) != S * C or schedule.stages != S:
+        each = f" of {C} model chunks each" if C > 1 else ""
         raise InputError(
-            f"the pipeline lowering runs one model chunk per stage; the {schedule.kind!r} "
-            f"schedule has virtual_stages={schedule.virtual_stages}. Use 'gpipe', '1f1b' "
-            "or 'zero-bubble'."
-        )
-    if len(cuts.stages) != S or schedule.stages != S:
-        raise InputError(
-            f"the pipeline over {axis!r} has {S} devices, but the cuts have "
+            f"the pipeline over {axis!r} has {S} devices{each}, but the cuts have "
             f"{len(cuts.stages)} stages and the schedule {schedule.stages}; cut the step "
-            f"into {S} stages (stage_cuts(program, {S})) and schedule {S} stages."
+            f"into {S * C} stages (stage_cuts(program, {S * C})) and schedule {S} stages."
         )
     M = schedule.microbatches
     for v, d in program.anatomy().data:
@@ -430,4 +437,4 @@ def _check(program, mesh: Mesh, axis: str, cuts, schedule) -> tuple[int, int]:
                 f"the batch of {n} examples (data input {v}, dim {d}) does not split into "
                 f"{M} equal microbatches; give a number of microbatches dividing it: {ok}."
             )
-    return S, M
+    return S, M, C

@@ -71,44 +71,47 @@ def zeros(packs) -> dict:
     return {dt: jnp.zeros((n,), dtypes[dt]) for dt, n in sizes.items()}
 
 
-def slots_of(grid, S: int, split: bool) -> tuple[dict, dict]:
-    """Static slot numbers per (pool, stage, microbatch), reusing freed ones; and per pool
-    the most any stage uses."""
+def slots_of(grid, S: int, split: bool, v: int = 1) -> tuple[dict, dict]:
+    """Static slot numbers per (pool, virtual stage, microbatch), a device's chunks sharing
+    its slots and reusing freed ones; and per pool the most any device uses. ``S``:
+    devices along the stage axis; ``v``: chunks per device (virtual stage c*S + s)."""
+    V = S * v
     free = {(p, s): [] for p in POOLS for s in range(S)}
     count = {(p, s): 0 for p in POOLS for s in range(S)}
     slot = {}
 
-    def take(p, s, m):
+    def take(p, g, m):
+        s = g % S
         if free[p, s]:
             k = free[p, s].pop(0)
         else:
             k, count[p, s] = count[p, s], count[p, s] + 1
-        slot[p, s, m] = k
+        slot[p, g, m] = k
 
-    def give(p, s, m):
-        free[p, s].append(slot[p, s, m])
-        free[p, s].sort()
+    def give(p, g, m):
+        free[p, g % S].append(slot[p, g, m])
+        free[p, g % S].sort()
 
     for tick in grid:
         for s in range(S):
-            for pool, m in tick.stores[s]:
-                take(pool, s, m)
+            for pool, g, m in tick.stores[s]:
+                take(pool, g, m)
             w = tick.work[s]
             if w is None:
                 continue
-            m = w.microbatch
+            m, g = w.microbatch, w.chunk * S + s
             if w.kind == "F":
-                if s > 0:
-                    give("fin", s, m)
-                take("saved", s, m)
+                if g > 0:
+                    give("fin", g, m)
+                take("saved", g, m)
             elif w.kind == "B":
-                if s < S - 1:
-                    give("bin", s, m)
+                if g < V - 1:
+                    give("bin", g, m)
                 if split:
-                    take("wsaved", s, m)
+                    take("wsaved", g, m)
                 else:
-                    give("saved", s, m)
+                    give("saved", g, m)
             else:
-                give("saved", s, m)
-                give("wsaved", s, m)
+                give("saved", g, m)
+                give("wsaved", g, m)
     return slot, {p: max(count[p, s] for s in range(S)) for p in POOLS}

@@ -16,7 +16,8 @@ The captured step is cut (`anatomy.stages.stage_cuts`) and its ops sorted into:
 
 ``Parts.fwd[s]``/``bwd[s]`` are the values crossing boundary s | s+1 per microbatch (to
 s+1, back to s); ``saved[s]``: what stage s keeps from its F for its B (and W);
-``wsaved[s]``: what its W needs from its B.
+``wsaved[s]``: what its W needs from its B. Stages here are the cuts' stages: interleaved,
+the S*v virtual stages (`ticks` places virtual stage c*S + s on device s).
 """
 
 from __future__ import annotations
@@ -311,18 +312,22 @@ def _post(program, home, dataonly, state, axis, summed=frozenset()):
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    """One step of the unrolled pipeline: per stage, the work it runs (None: idle), and the
-    messages it stores at the tick's start: ("fin"|"bin", microbatch)."""
+    """One step of the unrolled pipeline: per device along the stage axis, the work it runs
+    (None: idle), and the messages it stores at the tick's start: ("fin"|"bin", virtual
+    stage, microbatch)."""
 
     work: tuple
     stores: tuple
 
 
 def ticks(schedule) -> tuple[Tick, ...]:
-    """The schedule's table unrolled into ticks: each stage runs its row in order, a work
-    item as soon as what it needs arrived (F(s,m) after F(s-1,m)'s tick, B(s,m) after
-    B(s+1,m)'s); a value sent in one tick is stored at the start of the next."""
+    """The schedule's table unrolled into ticks: each device runs its row in order, a work
+    item as soon as what it needs arrived (F of virtual stage g and microbatch m after F(g-1,
+    m)'s tick, B(g, m) after B(g+1, m)'s; chunk c of device s is virtual stage c*S + s, so
+    device S-1's chunk c feeds device 0's chunk c+1); a value sent in one tick is stored at
+    the start of the next."""
     S = schedule.stages
+    V = S * schedule.virtual_stages
     pos, done, out, arriving = [0] * S, {}, [], [[] for _ in range(S)]
     total = sum(len(r) for r in schedule.table)
     t = 0
@@ -330,13 +335,14 @@ def ticks(schedule) -> tuple[Tick, ...]:
         work, sent = [], [[] for _ in range(S)]
         for s, row in enumerate(schedule.table):
             w = row[pos[s]] if pos[s] < len(row) else None
-            if w is not None and _ready(w, s, S, done, t):
+            g = w.chunk * S + s if w is not None else None
+            if w is not None and _ready(w, g, V, done, t):
                 pos[s] += 1
-                done[w.kind, s, w.microbatch] = t
-                if w.kind == "F" and s < S - 1:
-                    sent[s + 1].append(("fin", w.microbatch))
-                if w.kind == "B" and s > 0:
-                    sent[s - 1].append(("bin", w.microbatch))
+                done[w.kind, g, w.microbatch] = t
+                if w.kind == "F" and g < V - 1:
+                    sent[(g + 1) % S].append(("fin", g + 1, w.microbatch))
+                if w.kind == "B" and g > 0:
+                    sent[(g - 1) % S].append(("bin", g - 1, w.microbatch))
                 work.append(w)
             else:
                 work.append(None)
@@ -350,9 +356,9 @@ def ticks(schedule) -> tuple[Tick, ...]:
     return tuple(out)
 
 
-def _ready(w, s, S, done, t) -> bool:
+def _ready(w, g, V, done, t) -> bool:
     if w.kind == "F":
-        return s == 0 or done.get(("F", s - 1, w.microbatch), t) < t
+        return g == 0 or done.get(("F", g - 1, w.microbatch), t) < t
     if w.kind == "B":
-        return s == S - 1 or done.get(("B", s + 1, w.microbatch), t) < t
+        return g == V - 1 or done.get(("B", g + 1, w.microbatch), t) < t
     return True

@@ -66,3 +66,10 @@ def conventional_axis(kind: str, mesh) -> str:
         if name.lower() in conventional:
             return name
     return mesh.names[-1] if kind == "model" else mesh.names[0]
+
+
+def __getattr__(name: str):
+    # a named tactic by name, as the families registered it (the package imports them all)
+    if name in NAMED:
+        return NAMED[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
