@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from numbers import Integral
 
-from workbench.core.errors import HistoryError, InputError, WorkbenchError, closest_names, given
+from workbench.core.errors import HistoryError, InputError, closest_names, given
 from workbench.core.ir.program import Program
 from workbench.core.layout.mesh import Mesh, as_mesh, same_axes
 from workbench.core.layout.sharding import Sharding
@@ -387,11 +387,12 @@ class Session:
 
     def export_jax(self, mode: str = "constrained") -> str:
         """A standalone module of plain JAX applying these shardings (no workbench needed);
-        ``mode="explicit"``: written in JAX's explicit sharding mode (sharding in types)."""
+        ``mode="explicit"``: in JAX's explicit sharding mode; a pipelined step: compiled."""
         from workbench.core.io.export_jax import export_jax
+        from workbench.core.io.export_pipeline import export_pipeline
 
-        self._not_pipelined("export as plain JAX")
-        return export_jax(self, mode=mode)
+        pipeline = self._pipeline()
+        return export_jax(self, mode) if pipeline is None else export_pipeline(self, pipeline, mode)
 
     def _pipeline(self):
         from workbench.core.strategies.pipeline import pipeline_of
@@ -401,19 +402,6 @@ class Session:
     def _piped(self) -> int:
         """The step that pipelines (the first whose state holds the pipeline)."""
         return next(i for i in range(1, self._cursor + 1) if self._states[i].pipeline)
-
-    def _not_pipelined(self, what: str) -> None:
-        """Refuse, saying why, to write a pipelined step as plain JAX."""
-        pipeline = self._pipeline()
-        if pipeline is None:
-            return
-        step = self._piped()
-        raise WorkbenchError(
-            f"cannot {what} step {self.step}: its schedule pipelines the step "
-            f"({pipeline.tactic}, step {step}), which plain JAX shardings cannot say; "
-            f"export_code() writes the schedule, and lower() runs it. Jump to step "
-            f"{step - 1} (session.jump({step - 1})) to {what} the steps before it."
-        )
 
     def _lower_pipeline(self, pipeline, kind: str, devices, probes):
         """The pipeline lowering (`lowering.pipeline`): explicit, the other axes laid out as

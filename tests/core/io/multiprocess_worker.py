@@ -2,6 +2,8 @@
 
     python multiprocess_worker.py PROCESS_ID PORT EXPORTED.py MODEL OUT.npz
 
+MODEL: a zoo model's name, its tiny preset ("lm"), or with its layers ("lm:4").
+
 Four virtual CPU devices per process, collectives over gloo; the exported module builds its
 mesh from every process's devices and runs the step on global arrays. The workbench is
 imported only to build the model's step and its example arguments.
@@ -25,7 +27,16 @@ import numpy as np  # noqa: E402
 from jax.experimental import multihost_utils  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 
-from workbench.models import build  # noqa: E402
+from workbench.models import build, lm  # noqa: E402
+
+
+def example(model: str):
+    """The zoo model's tiny example; "lm:4": the LM with 4 layers."""
+    name, _, layers = model.partition(":")
+    if not layers:
+        return build(name, "tiny")
+    assert name == "lm", model
+    return build(name, lm.Config.preset("tiny", n_layers=int(layers)))
 
 
 def process_local(full: np.ndarray, sharding: NamedSharding) -> np.ndarray:
@@ -44,7 +55,7 @@ def main() -> None:
     module = types.ModuleType("exported")
     with open(exported) as f:
         exec(compile(f.read(), exported, "exec"), module.__dict__)
-    ex = build(model, "tiny")
+    ex = example(model)
     mesh = module.make_mesh()
     leaves, tree = jax.tree_util.tree_flatten(ex.args)
     arrays = []

@@ -1,6 +1,6 @@
 """Past one machine: the module ``export_jax()`` writes runs unchanged as a multi-process JAX
 program (two processes x four CPU devices over gloo) and gets what one process with eight
-devices gets."""
+devices gets; a pipelined step's (the pipeline compiled by jax.export) too."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.models import build
+from workbench.models import build, lm
 
 WORKER = Path(__file__).with_name("multiprocess_worker.py")
 
@@ -28,11 +28,23 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model, schedule", [("lm", ("BP", "MP")), ("mlp", ("BP", "Z3"))])
+@pytest.mark.parametrize(
+    "model, schedule",
+    [("lm", ("BP", "MP")), ("mlp", ("BP", "Z3")), ("lm:4", ("PP", "BP"))],  # lm:4: 4 layers
+)
 def test_an_exported_plan_runs_as_two_processes(model, schedule, tmp_path):
-    ex = build(model, "tiny")
-    mesh = wb.Mesh({"data": 2, "model": 4})
-    parts = {"BP": wb.BP("data"), "MP": wb.MP("model"), "Z3": wb.Z3("data")}
+    if model == "lm:4":  # a pipeline over 4 stages, its microbatches split over "data"
+        ex = build("lm", lm.Config.preset("tiny", n_layers=4))
+        mesh = wb.Mesh({"stage": 4, "data": 2})
+    else:
+        ex = build(model, "tiny")
+        mesh = wb.Mesh({"data": 2, "model": 4})
+    parts = {
+        "BP": wb.BP("data"),
+        "MP": wb.MP("model"),
+        "Z3": wb.Z3("data"),
+        "PP": wb.PP("stage", microbatches=4),
+    }
     session = wb.Session(wb.capture(ex.fn, *ex.args), mesh, [parts[p] for p in schedule])
     exported = tmp_path / "plan.py"
     exported.write_text(session.export_jax())
