@@ -3,6 +3,7 @@
     ex = build("lm", "tiny")                    # real arrays
     ex = build("lm", "huge", abstract=True)     # ShapeDtypeStructs, nothing allocated
     ex = build("lm_scan", lm.Config.preset("large", n_layers=24), abstract=True)
+    ex = build("lm", lm.Config.preset("tiny", n_experts=4, top_k=2, dispatch="gather"))
     program = wb.capture(ex.fn, *ex.args)
 
 Every model module has a frozen ``Config`` with presets ("tiny", "small", "large"),
@@ -19,7 +20,7 @@ from typing import Any
 
 import jax
 
-from workbench.models import cnn, gnn, lm, mlp
+from workbench.models import cnn, gnn, lm, mlp, moe
 from workbench.models._common import ConfigError
 
 #: Concrete builds larger than this raise: plan such models with ``abstract=True``.
@@ -125,10 +126,26 @@ def build(
             f"build it with abstract=True to plan from shapes, or pick a smaller preset."
         )
     args = shapes if abstract else make()
-    step = model.step
+    step, options = model.step, {}
     if getattr(config, "remat", False):  # the step recomputes its blocks in the backward pass
-        step = functools.update_wrapper(functools.partial(step, remat=True), step)
+        options["remat"] = True
+    if getattr(config, "n_experts", 0):  # the step routes its experts as the config says
+        options["config"] = config
+    if options:
+        step = functools.update_wrapper(functools.partial(step, **options), step)
     return Example(name, step, args, config, model.description)
 
 
-__all__ = ["ZOO", "ConfigError", "Example", "Model", "build", "cnn", "gnn", "lm", "mlp", "names"]
+__all__ = [
+    "ZOO",
+    "ConfigError",
+    "Example",
+    "Model",
+    "build",
+    "cnn",
+    "gnn",
+    "lm",
+    "mlp",
+    "moe",
+    "names",
+]

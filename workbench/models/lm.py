@@ -8,6 +8,11 @@ dict of arrays with a leading layer dimension, run under ``jax.lax.scan``
 Shapes (D=d_model, H=n_heads, K=d_head, F=d_ff, V=vocab): ``embed`` [V, D]; per layer
 ``ln1``/``ln2`` ``scale``/``bias`` [D], ``attn/wq|wk|wv`` [D, H, K], ``attn/wo`` [H, K, D],
 ``mlp/w_in`` [D, F], ``mlp/w_out`` [F, D]; ``ln_f`` [D]; ``unembed`` [D, V].
+
+With ``n_experts > 0`` every layer's MLP is a top-k routed mixture of experts
+(``moe.py``): ``moe/router`` [D, E], ``moe/experts/w_in`` [E, D, F_e], ``moe/experts/w_out``
+[E, F_e, D], and with ``n_shared``, ``moe/shared/w_in|w_out``; its load-balancing loss,
+summed over the layers and weighted by ``aux_loss``, is added to the cross-entropy.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import jax
 import jax.numpy as jnp
 
 import workbench as wb
-from workbench.models._common import Presets, dense, softmax_cross_entropy
+from workbench.models import moe as moe_
+from workbench.models._common import ConfigError, Presets, dense, softmax_cross_entropy
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +48,20 @@ class Config(Presets):
     # rematerialise each block in the backward pass (``jax.checkpoint``): only the blocks'
     # inputs are kept from the forward pass, as large models are trained
     remat: bool = False
+    # mixture of experts (0: the dense MLP): top-k routing, GShard's capacity per sequence,
+    # experts of width d_expert (None: d_ff), DeepSeek's shared experts, the dispatch
+    # ("einsum", "gather" or the dropless "ragged") and the load-balancing loss's weight
+    n_experts: int = 0
+    top_k: int = 2
+    capacity_factor: float = 1.25
+    d_expert: int | None = None
+    n_shared: int = 0
+    dispatch: str = "einsum"
+    aux_loss: float = 0.01
 
     PRESETS: ClassVar = {
         "tiny": {},
+        "moe": dict(n_experts=4, top_k=2, n_shared=1),  # tiny, with experts
         "small": dict(batch=8, seq_len=64, d_model=128, n_heads=4, d_head=32, d_ff=512, vocab=1024, n_layers=4),
         "large": dict(batch=16, seq_len=256, d_model=512, n_heads=8, d_head=64, d_ff=2048, vocab=8192, n_layers=8),
         # ~60 B parameters: plan it from shapes only (build(..., abstract=True)).
@@ -55,11 +72,39 @@ class Config(Presets):
         self._check_positive(
             "batch", "seq_len", "d_model", "n_heads", "d_head", "d_ff", "vocab", "n_layers"
         )
+        self._check_experts()
+
+    def _check_experts(self) -> None:
+        def bad(field, why, fix):
+            value = getattr(self, field)
+            raise ConfigError(f"Config.{field}={value!r}: {why}; {fix}.")
+
+        if not isinstance(self.n_experts, int) or self.n_experts < 0:
+            bad("n_experts", "a count of experts", "give 0 (a dense MLP) or a positive int")
+        if self.dispatch not in moe_.DISPATCHES:
+            bad("dispatch", "no such dispatch", f"choose one of {moe_.DISPATCHES}")
+        if not self.n_experts:
+            return
+        if not isinstance(self.top_k, int) or not 1 <= self.top_k <= self.n_experts:
+            bad("top_k", f"each token picks top_k of {self.n_experts} experts",
+                f"give an int from 1 to n_experts={self.n_experts}")  # fmt: skip
+        if not isinstance(self.capacity_factor, int | float) or self.capacity_factor <= 0:
+            bad("capacity_factor", "scales the slots per expert", "give a positive number")
+        if self.d_expert is not None and (not isinstance(self.d_expert, int) or self.d_expert < 1):
+            bad("d_expert", "an expert's hidden width", "give a positive int, or None for d_ff")
+        if not isinstance(self.n_shared, int) or self.n_shared < 0:
+            bad("n_shared", "a count of shared experts", "give 0 or a positive int")
+        if not isinstance(self.aux_loss, int | float) or self.aux_loss < 0:
+            bad("aux_loss", "weighs the load-balancing loss", "give 0 or a positive number")
 
     @property
     def n_params(self) -> int:
         d, hk = self.d_model, self.n_heads * self.d_head
         per_layer = 4 * d + 4 * d * hk + 2 * d * self.d_ff
+        if self.n_experts:
+            f = moe_.d_expert(self)
+            mlp = d * self.n_experts + 2 * d * f * (self.n_experts + self.n_shared)
+            per_layer += mlp - 2 * d * self.d_ff
         return 2 * self.vocab * d + 2 * d + self.n_layers * per_layer
 
 
@@ -84,7 +129,7 @@ def _norm(config: Config) -> dict:
 def _init_layer(config: Config, key: jax.Array) -> dict:
     D, H, K, F, dt = config.d_model, config.n_heads, config.d_head, config.d_ff, config.dtype
     kq, kk, kv, ko, ki, kf = jax.random.split(key, 6)
-    return {
+    layer = {
         "ln1": _norm(config),
         "attn": {
             "wq": dense(kq, (D, H, K), D, dt),
@@ -93,8 +138,12 @@ def _init_layer(config: Config, key: jax.Array) -> dict:
             "wo": dense(ko, (H, K, D), H * K, dt),
         },
         "ln2": _norm(config),
-        "mlp": {"w_in": dense(ki, (D, F), D, dt), "w_out": dense(kf, (F, D), F, dt)},
     }
+    if config.n_experts:
+        layer["moe"] = moe_.init_moe(config, ki)
+    else:
+        layer["mlp"] = {"w_in": dense(ki, (D, F), D, dt), "w_out": dense(kf, (F, D), F, dt)}
+    return layer
 
 
 def init_params(config: Config, key: jax.Array, *, stacked: bool = False) -> dict:
@@ -182,9 +231,11 @@ def mlp(p: dict, x: jax.Array) -> jax.Array:
     return hidden @ p["w_out"]
 
 
-def block(p: dict, x: jax.Array) -> jax.Array:
-    """One pre-LayerNorm transformer block. The residual stream and the block inputs are
-    tagged (``resid_in``, ``attn_in``, ``resid_mid``, ``mlp_in``) for sequence parallelism."""
+def block(p: dict, x: jax.Array, config: Config | None = None) -> tuple[jax.Array, Any]:
+    """One pre-LayerNorm transformer block: ``(x, aux)``, aux the MoE's load-balancing loss
+    (None for a dense MLP; an MoE without ``config`` routes as ``Config()`` does). The
+    residual stream and the block inputs are tagged (``resid_in``, ``attn_in``,
+    ``resid_mid``, ``mlp_in``) for sequence parallelism."""
     x = wb.tag(x, "resid_in")
     with jax.named_scope("ln1"):
         h = wb.tag(layer_norm(p["ln1"], x), "attn_in")
@@ -193,36 +244,50 @@ def block(p: dict, x: jax.Array) -> jax.Array:
     x = wb.tag(x + a, "resid_mid")
     with jax.named_scope("ln2"):
         h = wb.tag(layer_norm(p["ln2"], x), "mlp_in")
+    if "moe" in p:
+        with jax.named_scope("moe"):
+            E = p["moe"]["router"].shape[-1]
+            m, aux = moe_.moe(p["moe"], h, config or Config(n_experts=E, top_k=min(2, E)))
+        return x + m, aux
     with jax.named_scope("mlp"):
         m = mlp(p["mlp"], h)
-    return x + m
+    return x + m, None
 
 
-def _unrolled(layers: list, x: jax.Array, run_block) -> jax.Array:
+def _unrolled(layers: list, x: jax.Array, run_block) -> tuple[jax.Array, Any]:
+    auxes = []
     for i, p in enumerate(layers):
         with jax.named_scope(f"layer{i}"):
-            x = run_block(p, x)
-    return x
+            x, aux = run_block(p, x)
+        auxes.append(aux)
+    return x, None if auxes[0] is None else sum(auxes)
 
 
-def _scanned(layers: dict, x: jax.Array, run_block) -> jax.Array:
+def _scanned(layers: dict, x: jax.Array, run_block) -> tuple[jax.Array, Any]:
     with jax.named_scope("layers"):
-        x, _ = jax.lax.scan(lambda h, p: (run_block(p, h), None), x, layers)
-    return x
+        x, auxes = jax.lax.scan(lambda h, p: run_block(p, h), x, layers)
+    return x, None if auxes is None else jnp.sum(auxes)
 
 
-def loss_fn(params: dict, batch: dict, *, remat: bool = False) -> jax.Array:
-    """Next-token cross-entropy. Stacked layers (a dict) run under scan, a list unrolled;
+def loss_fn(
+    params: dict, batch: dict, *, remat: bool = False, config: Config | None = None
+) -> jax.Array:
+    """Next-token cross-entropy, plus ``config.aux_loss`` times the experts' load-balancing
+    loss summed over the layers. Stacked layers (a dict) run under scan, a list unrolled;
     ``remat`` recomputes each block in the backward pass."""
     with jax.named_scope("embed"):
         x = params["embed"][batch["tokens"]]
     run = _unrolled if isinstance(params["layers"], list | tuple) else _scanned
-    x = run(params["layers"], x, jax.checkpoint(block) if remat else block)
+    run_block = functools.partial(block, config=config)
+    x, aux = run(params["layers"], x, jax.checkpoint(run_block) if remat else run_block)
     with jax.named_scope("ln_f"):
         x = layer_norm(params["ln_f"], x)
     with jax.named_scope("loss"):
         logits = wb.tag(jnp.einsum("bsd,dv->bsv", x, params["unembed"]), "logits")
-        return softmax_cross_entropy(logits, batch["targets"])
+        loss = softmax_cross_entropy(logits, batch["targets"])
+        if aux is None:
+            return loss
+        return loss + (config or Config()).aux_loss * aux
 
 
 # -- training step ------------------------------------------------------------------------
@@ -251,15 +316,23 @@ def adam(params, grads, opt_state, *, learning_rate, b1=0.9, b2=0.999, eps=1e-8)
 
 
 def train_step(
-    params: dict, opt_state: dict, batch: dict, *, learning_rate: float = 3e-3, remat: bool = False
+    params: dict,
+    opt_state: dict,
+    batch: dict,
+    *,
+    learning_rate: float = 3e-3,
+    remat: bool = False,
+    config: Config | None = None,
 ) -> StepOutput:
     """One Adam step on next-token cross-entropy; gradients are tagged ``grads/<param path>``.
 
     Unrolled or scanned follows the parameters: a list of layers (``init``) or stacked
     layers (``init_scan``). ``remat`` recomputes each block in the backward pass
-    (``Config.remat``; ``build`` passes it).
+    (``Config.remat``; ``build`` passes it). ``config`` routes the experts of an MoE
+    (``build`` passes it); the loss then includes the weighted load-balancing loss.
     """
-    loss, grads = jax.value_and_grad(functools.partial(loss_fn, remat=remat))(params, batch)
+    loss_of = functools.partial(loss_fn, remat=remat, config=config)
+    loss, grads = jax.value_and_grad(loss_of)(params, batch)
     grads = wb.tag(grads, "grads")
     params, opt_state = adam(params, grads, opt_state, learning_rate=learning_rate)
     return StepOutput(params, opt_state, loss)
