@@ -135,6 +135,7 @@ def auto_70b(seconds: float) -> list:
         report.winner.name,
         format_seconds(e.step_s),
         format_bytes(e.memory.peak) + fits,
+        len(report.winner.conflicts),
         f"{took:.0f}",
     ]
 
@@ -159,7 +160,10 @@ def main():
     if args.auto:
         print(f"\nAuto on {{stage: 8, data: 64, model: 4}} within {args.auto:.0f} s\n")
         print(
-            _common.table(["Auto chose", "step", "peak/device", "search s"], [auto_70b(args.auto)])
+            _common.table(
+                ["Auto chose", "step", "peak/device", "conflicts", "search s"],
+                [auto_70b(args.auto)],
+            )
         )
 
 

@@ -4,10 +4,12 @@ its decisions, and priced by the same simulator, hardware and memory limit. The 
 so Auto is never slower than a named strategy it could have chosen.
 
 Pipelines (``PP``: 1F1B and zero-bubble at a few microbatch counts, `pipeline_moves`) are
-tried on each axis beside the strategies.
+tried on each axis beside the strategies. Where BP cannot split the batch over an axis (it
+does not divide, or a pipeline's microbatches need whole examples on each device), BP on
+each other dim the data inputs share is tried instead (the sequence, say: `other_splits`).
 With several axes, the candidates are each strategy on each axis alone, then a composition
-grown greedily: the best so far, then each strategy on an axis it leaves free (BP on the
-data axis after MP on the model axis, say), and so on while that helps.
+grown greedily: the best so far, then each strategy on each axis it leaves free (BP on the
+data axis after MP on the model axis, say), the best of those, and so on while that helps.
 A strategy that raises a ``WorkbenchError`` (it tiles nothing, say) does not apply and is
 listed with its reason. A candidate that adds conflicts wins only when it beats every
 conflict-free one; the report then says what each conflict costs.
@@ -185,7 +187,8 @@ def named(program, mesh, start, auto, search) -> list[Candidate]:
     """Every registered named strategy on each of ``auto``'s axes, priced from ``start``;
     with several axes, also a composition grown greedily (see module doc)."""
     from workbench.core.strategies import STRATEGIES
-    from workbench.core.strategies.pipeline import pipeline_moves
+    from workbench.core.strategies.data import BP
+    from workbench.core.strategies.pipeline import PP, pipeline_moves
 
     if auto.inputs != "**":
         why = f"Auto(inputs={auto.inputs!r}) may decide only those inputs; a strategy decides all"
@@ -201,21 +204,58 @@ def named(program, mesh, start, auto, search) -> list[Candidate]:
         by_axis.setdefault(axis, []).extend(
             (str(t), t) for t in pipeline_moves(program, mesh, axis)
         )
+
+    def moves(before: Candidate | None, axis: str) -> list[Candidate]:
+        """Each move on ``axis`` after ``before``'s tactics, priced (no second pipeline: a
+        step has one); BP on the data inputs' other dims too where BP on the batch dim does
+        not apply."""
+        tactics, prefix = (before.tactics, f"{before.name} + ") if before else ((), "")
+        piped = start.pipeline is not None or any(isinstance(t, PP) for t in tactics)
+        priced = [
+            price(program, mesh, start, prefix + n, (*tactics, t), search)
+            for n, t in by_axis.get(axis, [])
+            if not (piped and isinstance(t, PP))
+        ]
+        batch = next((c for c in priced if c.tactics[-1] == BP(axis)), None)
+        if batch is not None and not batch.applies:
+            priced += [
+                price(program, mesh, start, prefix + str(t), (*tactics, t), search)
+                for t in other_splits(program, mesh, start, axis)
+            ]
+        return priced
+
     for axis in auto.axes:
-        out += [price(program, mesh, start, n, (t,), search) for n, t in by_axis.get(axis, [])]
+        out += moves(None, axis)
     best = choose(out)
     while best is not None and len(best.tactics) < len(auto.axes):
         used = {t.axis for t in best.tactics}
-        axis = next(a for a in auto.axes if a not in used)
-        grown = [
-            price(program, mesh, start, f"{best.name} + {n}", (*best.tactics, t), search)
-            for n, t in by_axis.get(axis, [])
-        ]
+        grown = [c for axis in auto.axes if axis not in used for c in moves(best, axis)]
         out += grown
-        best = choose([best, *grown])
-        if best is not None and axis not in {t.axis for t in best.tactics}:
-            break  # nothing on the next axis helps
+        chosen = choose([best, *grown])
+        if chosen is best:
+            break  # nothing on a free axis helps
+        best = chosen
     return out
+
+
+def other_splits(program, mesh, start, axis: str) -> list[Tactic]:
+    """BP on ``axis`` over each dim, other than the batch dim, that every data input has at
+    one size the axis divides (a sequence): what splits the data where the batch cannot."""
+    from workbench.core.strategies.data import BP
+    from workbench.core.strategies.roles import roles
+
+    data = [(program.values[v].shape, d) for v, d in roles(program, start).data]
+    data = [(shape, d) for shape, d in data if shape]
+    if not any(d is not None for _, d in data):
+        return []
+    size, batch_dims = mesh.axis_size(axis), {d for _, d in data}
+    return [
+        BP(axis, dim=dim)
+        for dim in range(min(len(shape) for shape, _ in data))
+        if dim not in batch_dims
+        and len(sizes := {shape[dim] for shape, _ in data}) == 1
+        and sizes.pop() % size == 0
+    ]
 
 
 def compare(program, mesh, start, search) -> AutoReport:
