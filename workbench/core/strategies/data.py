@@ -26,9 +26,9 @@ class BP(Tactic):
         check_fields(self, selectors=("inputs",), optional_dims=("dim",))
 
     def __str__(self) -> str:
-        if self.inputs is None and self.dim is None:
-            return strict_text(self, f"BP({self.axis!r})")
-        return strict_text(self, f"BP({self.axis!r}, inputs={self.inputs!r}, dim={self.dim})")
+        extra = [f"inputs={self.inputs!r}"] * (self.inputs is not None)
+        extra += [f"dim={self.dim}"] * (self.dim is not None)
+        return strict_text(self, f"BP({', '.join([repr(self.axis), *extra])})")
 
     def expand(self, program, mesh, state):
         _check_axis(self, mesh)
