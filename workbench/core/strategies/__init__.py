@@ -10,6 +10,7 @@ the schedule corrects it. ``expand`` is how you read what a strategy does:
 
 # every family registers its tactics in ``named`` as it is imported
 from workbench.core.strategies import (  # noqa: F401
+    context,
     data,
     embedding,
     pipeline,

@@ -1,0 +1,150 @@
+"""CP, context parallelism (all-gather kind): every activation split on its sequence dim,
+keys and values exchanged only inside attention, weight gradients reduced over the axis;
+applied like any tactic (undo, why, save, load, export), composed with BP and MP, and run
+like the unpartitioned (causal) step."""
+
+import json
+from collections import Counter
+
+import pytest
+
+import workbench as wb
+from tests.models import programs as external
+from workbench.core.errors import InputError, TacticError
+from workbench.core.strategies.context import keys_values
+from workbench.models import build, lm
+
+CASES = {
+    "cp": ({"data": 2, "seq": 4}, ("CP",)),
+    "bp+cp": ({"data": 2, "seq": 4}, ("BP", "CP")),
+    "bp+mp+cp": ({"seq": 2, "model": 2, "data": 2}, ("BP", "MP", "CP")),
+}
+AXES = {"BP": "data", "MP": "model", "CP": "seq"}
+
+
+@pytest.fixture(scope="module")
+def program():
+    ex = build("lm", lm.Config.preset("tiny", n_layers=2))
+    return wb.capture(ex.fn, *ex.args)
+
+
+def session(program, case: str) -> wb.Session:
+    mesh, names = CASES[case]
+    return wb.Session(program, wb.Mesh(mesh), [getattr(wb, n)(AXES[n]) for n in names])
+
+
+def over(s: wb.Session, phase: str, axis: str = "seq") -> list:
+    """The collectives over ``axis`` (alone or with others) made for ops of ``phase``."""
+    ops = s.program.ops
+    return [
+        c
+        for c in s.collectives()
+        if axis in c.axes and (ops[c.op].phase if c.op is not None else "out") == phase
+    ]
+
+
+def kinds(cs) -> Counter:
+    return Counter(c.kind for c in cs for _ in range(c.count))
+
+
+def test_cp_splits_the_sequence_and_keeps_keys_and_values_whole(program):
+    s = session(program, "cp")
+    assert not s.conflicts
+    tokens = s.sharding("batch/tokens")
+    assert tokens.dim_of("seq") == 1 and not tokens.uses("data")
+    for a in program.anatomy().layers.attention:
+        k, v = keys_values(program, a)
+        assert not s.state.shardings[k].uses("seq") and not s.state.shardings[v].uses("seq")
+        queries = [x for x in program.ops[a.scores].operands if x != k]
+        assert [s.state.shardings[q].uses("seq") for q in queries] == [True]
+        scores = program.ops[a.scores].results[0]
+        assert s.state.shardings[scores].uses("seq")  # the scores split on their queries
+    s.undo()
+    assert not s.sharding("batch/tokens").uses("seq")
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_cp_exchanges_keys_and_values_inside_attention_alone(program, case):
+    s = session(program, case)
+    assert not s.conflicts
+    attention = program.anatomy().layers.attention
+    n = len(attention)
+    assert n == 2
+    forward, backward = over(s, "forward"), over(s, "backward")
+    # the forward pass gathers, per attention, its keys and values (with MP: themselves; else
+    # propagation gathers the one block input both projections read, and computes the key
+    # and value projections on the whole sequence); nothing else over the axis
+    assert kinds(forward) == {"all-gather": 2 * n if "MP" in CASES[case][1] else n}
+    exchanged = {x for a in attention for x in keys_values(program, a)}
+    read_by = {
+        o
+        for x in exchanged
+        for o in program.ops[program.values[x].producer].operands
+        if isinstance(o, int)
+    }
+    assert {c.value for c in forward} <= exchanged | read_by
+    assert all(c.axes == ("seq",) for c in forward)
+    # the backward pass reduce-scatters the keys' and values' gradients (sums over the split
+    # queries) back onto the split sequence: a reduce-scatter, not an all-reduce, since what
+    # reads them (the projections' backward) is split on the sequence again
+    assert kinds(backward) == {"reduce-scatter": 2 * n}
+    # every weight gradient is a sum over the split sequence, reduced over the axis
+    gradients = program.anatomy().gradients
+    assert kinds(over(s, "optimizer")) == {"all-reduce": len(gradients)}
+
+
+def test_cp_applied_after_bp_reduces_weight_gradients_over_both_axes(program):
+    s = session(program, "bp+cp")
+    assert all(c.axes == ("data", "seq") for c in over(s, "optimizer"))
+    assert s.sharding("batch/tokens").dim_of("data") == 0
+    assert s.sharding("batch/tokens").dim_of("seq") == 1
+
+
+def test_cp_explains_saves_loads_and_exports(program, tmp_path):
+    s = session(program, "bp+cp")
+    assert "CP('seq')" in str(s.why("batch/tokens"))
+    path = tmp_path / "cp.json"
+    s.save(path)
+    assert json.loads(path.read_text())["schedule"][1]["axis"] == "seq"
+    assert wb.Session.load(program, path).history == s.history
+    namespace: dict = {}
+    exec(s.export_code(), namespace)
+    assert namespace["build"](program).history == s.history
+    assert "CP" in wb.__all__ and "CP" not in wb.core.strategies.STRATEGIES
+
+
+def test_ring_and_unknown_kinds_are_refused_saying_what_works():
+    with pytest.raises(InputError, match=r"kind='ring'.*not built yet.*kind='all-gather'"):
+        wb.CP("seq", kind="ring")
+    with pytest.raises(InputError, match=r"kind must be 'all-gather'.*got 'gather'"):
+        wb.CP("seq", kind="gather")
+    assert str(wb.CP("seq", dim=1)) == "CP('seq', dim=1)"
+
+
+def test_cp_without_attention_says_what_would_work():
+    ex = build("mlp", "tiny")
+    program = wb.capture(ex.fn, *ex.args)
+    with pytest.raises(TacticError, match=r"no attention.*BP\("):
+        wb.Session(program, wb.Mesh({"seq": 2}), [wb.CP("seq")])
+
+
+def test_cp_on_an_axis_the_mesh_lacks_is_refused(program):
+    with pytest.raises(TacticError, match=r"axis 'sequence' is not in"):
+        wb.Session(program, wb.Mesh({"data": 2, "seq": 4}), [wb.CP("sequence")])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_cp_runs_like_the_unpartitioned_causal_step(program, case):
+    # the zoo LM is causal: its mask, built from positions of the whole sequence in the
+    # global program, must stay right with the queries split
+    assert session(program, case).run(repeats=1).matches
+
+
+@pytest.mark.slow
+def test_cp_runs_a_third_party_transformer_like_the_unpartitioned_step():
+    # (its backward still holds conflicts on the axis: propagation tiles the keys' gradient
+    # where the dot making it contracts the split queries; the lowering resolves them)
+    program = external.program("eqx_lm")
+    s = wb.Session(program, wb.Mesh({"data": 2, "seq": 4}), [wb.BP("data"), wb.CP("seq")])
+    assert s.run(repeats=1).matches

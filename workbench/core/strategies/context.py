@@ -1,0 +1,129 @@
+"""Context parallelism: ``CP`` splits every activation on its sequence dim, and inside each
+attention exchanges the keys and values alone (Liu et al. 2023, "Ring Attention"; the
+all-gather variant of Llama 3's and Megatron's context parallelism)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.core.errors import TacticError, given
+from workbench.core.ops import traits as traits_of
+from workbench.core.propagate.tactics import Atomic, Tactic, TacticInputError, _check_axis
+from workbench.core.strategies.base import by_dim, check_fields, names_of, strict_text
+from workbench.core.strategies.named import register
+from workbench.core.strategies.roles import roles
+
+KINDS = ("all-gather", "ring")
+
+
+@register()
+@dataclass(frozen=True, slots=True)
+class CP(Tactic):
+    """Context parallelism over ``axis``: the data inputs tiled on their sequence dim (the
+    class attention carries twice, or ``dim``), so every activation is split on it.
+
+    In each attention the queries stay split while the keys and values its scores and
+    context dots read are kept whole on the axis: all-gathered in the forward pass, their
+    gradients (sums over the split queries) reduce-scattered back in the backward pass.
+    The weight gradients, sums over the split sequence, are reduced over the axis as data
+    parallelism's are. ``kind="all-gather"`` is the only kind built; ``"ring"`` (keys and
+    values passed around a ring, combined by an online softmax) is not yet. Where the key
+    and value projections read one input (a block's normalised stream), propagation
+    gathers that input instead, and each device projects the whole sequence's keys and
+    values; where the gradients of keys and values meet split tilings on their way back
+    (some third-party attentions), conflicts remain and are listed.
+    """
+
+    axis: str
+    kind: str = "all-gather"
+    dim: int | None = None
+    strict: bool = False  # any value it targets left whole is an error
+
+    def __post_init__(self):
+        check_fields(self, optional_dims=("dim",))
+        if self.kind == "ring":
+            raise TacticInputError(
+                f"{self}: kind='ring' (ring attention: keys and values passed around the "
+                "axis with ppermute, combined by an online softmax) is not built yet; use "
+                "kind='all-gather', which gathers the keys and values inside attention."
+            )
+        if self.kind not in KINDS:
+            raise TacticInputError(
+                f"{self}: kind must be 'all-gather' (or, once built, 'ring'); got "
+                f"{given(self.kind)}."
+            )
+
+    def __str__(self) -> str:
+        extra = [f"kind={self.kind!r}"] * (self.kind != "all-gather")
+        extra += [f"dim={self.dim}"] * (self.dim is not None)
+        return strict_text(self, f"CP({', '.join([repr(self.axis), *extra])})")
+
+    def expand(self, program, mesh, state):
+        _check_axis(self, mesh)
+        view = roles(program, state)
+        attention = view.layers.attention
+        if not attention:
+            raise TacticError(
+                f"{self}: the workbench sees no attention in {program.name} (a dot of queries "
+                "and keys whose result, through a softmax, meets the values in a second dot); "
+                "with nothing to exchange, split the sequence with BP(axis, dim=<its dim>), or "
+                "the batch with BP(axis)."
+            )
+        seq = view.sequence_class
+
+        def dim_of(v):
+            if self.dim is not None:
+                return self.dim
+            dims = view.classes.dims_of(v, len(program.values[v].shape))
+            return dims.index(seq) if seq is not None and seq in dims else None
+
+        picks = [(v, dim_of(v)) for v, _ in view.data]
+        if not any(d is not None for _, d in picks):
+            raise TacticError(
+                f"{self}: the workbench sees no data input with a sequence dimension in "
+                f"{program.name} (the dim its attention carries twice; program.anatomy() shows "
+                "what it sees); pass dim=<the data inputs' sequence dim>, or split the batch "
+                "with BP(axis)."
+            )
+        exchanged = [v for a in attention for v in keys_values(program, a)]
+        kept = [
+            v for v in dict.fromkeys(exchanged) if self.axis not in state.shardings[v].replicated
+        ]
+        keep = [Atomic(names_of(program, kept), self.axis)] if kept else []
+        return keep + by_dim(program, mesh, state, self.axis, picks, "sequence")
+
+
+def keys_values(program, attention) -> tuple[int, int]:
+    """The keys and the values an attention's dots read: the scores operand whose length
+    the context dot contracts (the right one unless the probabilities say otherwise), and
+    the context operand the scores do not reach."""
+    scores, context = program.ops[attention.scores], program.ops[attention.context]
+    reach = _reached(program, scores.results[0])
+    probs = [i for i, x in enumerate(context.operands) if x in reach]
+    values = next(x for x in context.operands if x not in reach)
+    keys = scores.operands[1]
+    if len(probs) == 1:
+        i = probs[0]
+        contracted = context.params["dimension_numbers"][0][i]
+        (cl, _), (bl, _) = scores.params["dimension_numbers"]
+        shape = program.values[scores.results[0]].shape
+        if program.values[context.operands[i]].shape == shape and len(contracted) == 1:
+            lhs_free = len(program.values[scores.operands[0]].shape) - len(cl) - len(bl)
+            if len(bl) <= contracted[0] < len(bl) + lhs_free:
+                keys = scores.operands[0]
+    return keys, values
+
+
+def _reached(program, start: int, limit: int = 64) -> set[int]:
+    """Values made from ``start`` through forward ops other than dots (bounded)."""
+    seen, frontier = {start}, [start]
+    while frontier and len(seen) < limit:
+        for u in program.users[frontier.pop()]:
+            op = program.ops[u]
+            if op.phase != "forward" or traits_of(op.primitive).contraction:
+                continue
+            for r in op.results:
+                if r not in seen:
+                    seen.add(r)
+                    frontier.append(r)
+    return seen
