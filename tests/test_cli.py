@@ -340,7 +340,7 @@ BAD = {
     ),
     "unknown tactic on the command line": (
         [*TACTICS, "DP('batch')"],
-        ["names no known tactic 'DP'", "BP, EMB"],
+        ["names no known tactic 'DP'", "BP, CP, EMB"],
     ),
     "unknown field on the command line": (
         [*TACTICS, "BP('batch', size=2)"],

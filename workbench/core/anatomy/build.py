@@ -66,6 +66,12 @@ class Anatomy:
 
         return find_layers(self)
 
+    @property
+    def experts(self):
+        """One ``Experts`` per mixture-of-experts layer: router, expert parameters with their
+        experts dim, dispatch and combine ops, form (see ``experts``)."""
+        return self.layers.experts
+
     # -- what the named strategies act on ------------------------------------------------
     @property
     def embeddings(self) -> list[tuple[int, int]]:

@@ -18,7 +18,9 @@ Read from the forward pass and the dimension classes, never from names:
   contracts is an *output head* (the vocabulary of the logits);
 - *repeated blocks*: parameters of the same shape and kind that recur once per layer,
   numbered by where the forward pass first reads them; parameters a loop slices per step
-  are one block repeated by the loop.
+  are one block repeated by the loop;
+- *experts*, their router and dispatch/combine (``experts``): the router is no output head
+  and the matmuls that route tokens are no attention.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from workbench.core.anatomy.experts import find_experts
 from workbench.core.ops import traits as traits_of
 
 
@@ -70,6 +73,7 @@ class Layers:
     repeats: int  # how many times the block repeats (layers)
     slots: dict[int, int] = field(default_factory=dict)  # parameter -> its place in a block
     origin: dict[int, int] = field(default_factory=dict)  # value -> the parameter it is
+    experts: tuple = ()  # mixture-of-experts layers (``experts.Experts``)
 
     @property
     def count(self) -> int:
@@ -168,6 +172,10 @@ def find_layers(anatomy) -> Layers:
         elif model is not None and model in free and model not in contracted:
             kind = "down"
         projections.append(Projection(op.id, origin[operand], operand, kind, contracted, free))
+    experts = find_experts(anatomy, origin, projections, model)
+    routing = {o for e in experts for o in (*e.dispatch, *e.combine, *e.routing)}
+    act_dots = [op for op in act_dots if op.id not in routing]  # not attention
+    routers = {e.router for e in experts}
     made = {c for p in projections if p.kind == "up" for c in p.free if c != model}
     contracted_down = {c for p in projections if p.kind == "down" for c in p.contracted}
     act_batch = set()
@@ -197,7 +205,7 @@ def find_layers(anatomy) -> Layers:
     heads_out = []
     fused_from = {p for a in attention for p in a.fused_from}
     for proj in projections:
-        if proj.param in fused_from:
+        if proj.param in fused_from or proj.param in routers:
             continue
         if proj.kind == "up" and not any(c in hidden for c in proj.free):
             pdims = classes.dims_of(proj.param, len(values[proj.param].shape))
@@ -217,6 +225,7 @@ def find_layers(anatomy) -> Layers:
         repeats,
         slots,
         origin,
+        experts,
     )
 
 

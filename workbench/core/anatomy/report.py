@@ -1,5 +1,6 @@
 """What the workbench sees in a program, as findings people read: the anatomy's state and
-data roles, then each attention, the MLP splits, embeddings, output heads and blocks.
+data roles, then each attention, the MLP splits, the experts (router, experts, dispatch and
+combine per mixture-of-experts layer), embeddings, output heads and blocks.
 ``report`` returns them as ``Findings``: a list that displays as a table of roles,
 evidence and confidence."""
 
@@ -104,6 +105,7 @@ def report(anatomy) -> Findings:
                 0.9,
             )
         )
+    out += _experts(anatomy)
     for table, vocab in anatomy.embeddings:
         out.append(
             Finding(
@@ -146,6 +148,50 @@ def report(anatomy) -> Findings:
             )
         )
     return Findings(out, getattr(anatomy, "program", None))
+
+
+_DISPATCH = {
+    "einsum": "an einsum of the tokens with a one-hot dispatch tensor built from the decision",
+    "gather": "a gather of the tokens into the experts' slots by indices from the decision",
+    "ragged": "a gather of the tokens sorted by the decision into the grouped matmul's rows",
+    "dense": "none: every expert sees every token, the gates mask the combine",
+    "other": "an op meeting the tokens with the decision",
+}
+
+
+def _experts(anatomy) -> list[Finding]:
+    """A router, experts, dispatch and combine finding per mixture-of-experts layer."""
+    out, results = [], anatomy.program.ops
+    for i, e in enumerate(anatomy.experts):
+        sure = 0.9 if e.form in ("einsum", "gather", "ragged") else 0.75
+        out.append(
+            Finding(
+                f"router {i}",
+                (e.router,),
+                e.router_dim,
+                f"a projection of the residual stream into E={e.size} whose output reaches an "
+                "op making integers (top_k, argmax, a sort): the choice of experts",
+                sure,
+            )
+        )
+        keeps = "a grouped matmul's groups" if e.form == "ragged" else "a matmul's batch dim"
+        out.append(
+            Finding(
+                f"experts {i}",
+                tuple(p for p, _ in e.experts),
+                e.experts[0][1],
+                f"parameters with a dim of size {e.size} kept per expert ({keeps}) while the "
+                f"hidden dim is contracted; the router's choice reaches them ({e.form})",
+                sure,
+            )
+        )
+        for role, ids, how in (
+            ("dispatch", e.dispatch, _DISPATCH[e.form]),
+            ("combine", e.combine, "from the last expert matmul to the op weighting by the gates"),
+        ):
+            vals = tuple(results[o].results[0] for o in ids)
+            out.append(Finding(f"{role} {i}", vals, None, how, sure if vals else 0.6))
+    return out
 
 
 def _current(anatomy, finding: Finding) -> Finding:
