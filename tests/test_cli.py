@@ -340,7 +340,7 @@ BAD = {
     ),
     "unknown tactic on the command line": (
         [*TACTICS, "DP('batch')"],
-        ["names no known tactic 'DP'", "BP, CP, EMB"],
+        ["names no known tactic 'DP'", "BP, CP, EMB, EP"],
     ),
     "unknown field on the command line": (
         [*TACTICS, "BP('batch', size=2)"],

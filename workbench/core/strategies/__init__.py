@@ -13,6 +13,7 @@ from workbench.core.strategies import (  # noqa: F401
     context,
     data,
     embedding,
+    experts,
     pipeline,
     roles,
     sequence,

@@ -1,0 +1,78 @@
+"""Expert parallelism: ``EP`` splits the experts of every mixture-of-experts layer over an
+axis (GShard, Lepikhin et al. 2020; Switch Transformer, Fedus et al. 2021)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.core.errors import TacticError
+from workbench.core.propagate.tactics import Tactic, _check_axis
+from workbench.core.strategies.base import by_dim, check_fields, strict_text
+from workbench.core.strategies.named import register
+
+#: The MoE forms whose experts EP splits; the others are refused, saying why.
+FORMS = ("einsum", "gather")
+REFUSED = {
+    "ragged": (
+        "its experts run as grouped matmuls (ragged_dot) over rows sorted by expert, and the "
+        "group sizes are known only at run time, so no static split of the rows follows the "
+        "experts; rewrite the layer with a capacity (one-hot einsum or gather dispatch)"
+    ),
+    "dense": "every expert sees every token: split the experts' hidden dim with MP(axis)",
+    "other": "the workbench does not recognise how its tokens reach the experts",
+}
+
+
+@register()
+@dataclass(frozen=True, slots=True)
+class EP(Tactic):
+    """Expert parallelism over ``axis``: every MoE layer's expert parameters (each read from
+    ``program.anatomy().experts``) tiled on their experts dim, so each device holds and runs
+    ``E / n`` of the experts; propagation carries the split to the dispatched tokens, the
+    experts' activations and their outputs.
+
+    With the tokens whole on the axis each device selects its experts' tokens locally (no
+    communication) and the combine sums over the experts (an all-reduce, or a
+    reduce-scatter where the stream is split next). Composed with ``BP`` on another axis,
+    each expert sees the tokens of its data shard. With the tokens split on the same axis
+    (``BP`` first), the expert matmuls read tokens split by group and experts split by
+    expert: propagation leaves them as conflicts, which the lowering resolves with
+    all-to-alls around each expert matmul (more than the textbook dispatch and combine).
+    """
+
+    axis: str
+    strict: bool = False  # any value it targets left whole is an error
+
+    def __post_init__(self):
+        check_fields(self)
+
+    def __str__(self) -> str:
+        return strict_text(self, f"EP({self.axis!r})")
+
+    def expand(self, program, mesh, state):
+        _check_axis(self, mesh)
+        layers = program.anatomy().experts
+        if not layers:
+            raise TacticError(
+                f"{self}: the workbench sees no mixture of experts in {program.name} (a router "
+                "whose output picks experts by top_k, argmax or a sort, and parameters stacked "
+                "on an experts dim that matmuls keep per expert); program.anatomy().experts "
+                "shows what it sees. For a dense model split the MLP with MP(axis), or the "
+                "batch with BP(axis)."
+            )
+        size = mesh.axis_size(self.axis)
+        for layer in layers:
+            if layer.form not in FORMS:
+                raise TacticError(
+                    f"{self}: a MoE layer of {program.name} has the {layer.form!r} form, which "
+                    f"EP does not split: {REFUSED.get(layer.form, REFUSED['other'])}."
+                )
+            if layer.size % size:
+                works = [n for n in range(2, layer.size + 1) if layer.size % n == 0]
+                raise TacticError(
+                    f"{self}: a MoE layer of {program.name} has {layer.size} experts, which the "
+                    f"{size}-way axis {self.axis!r} does not divide; use an axis of size "
+                    f"{', '.join(map(str, works)) or '(none: a single expert)'}."
+                )
+        picks = [pick for layer in layers for pick in layer.experts]
+        return by_dim(program, mesh, state, self.axis, picks, "experts")
