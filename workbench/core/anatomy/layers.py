@@ -229,7 +229,7 @@ def find_layers(anatomy) -> Layers:
     )
 
 
-def _downstream(program, start: int, limit: int = 64) -> set[int]:
+def downstream(program, start: int, limit: int = 64) -> set[int]:
     """Values reached from ``start`` through forward ops (bounded), dots excluded."""
     seen, frontier = {start}, [start]
     while frontier and len(seen) < limit:
@@ -282,7 +282,7 @@ def _attention(program, anatomy, act_dots, projections, act_batch, hidden) -> li
         ]
         if not heads or s.id in used:
             continue
-        reach = _downstream(program, s.results[0])
+        reach = downstream(program, s.results[0])
         context = next(
             (c for c in act_dots if c.id not in used and c.id != s.id
              and any(x in reach for x in c.operands)), None

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workbench.core.anatomy.layers import downstream
 from workbench.core.errors import TacticError, given
-from workbench.core.ops import traits as traits_of
 from workbench.core.propagate.tactics import Atomic, Tactic, TacticInputError, _check_axis
 from workbench.core.strategies.base import by_dim, check_fields, names_of, strict_text
 from workbench.core.strategies.named import register
@@ -98,7 +98,7 @@ def keys_values(program, attention) -> tuple[int, int]:
     the context dot contracts (the right one unless the probabilities say otherwise), and
     the context operand the scores do not reach."""
     scores, context = program.ops[attention.scores], program.ops[attention.context]
-    reach = _reached(program, scores.results[0])
+    reach = downstream(program, scores.results[0])
     probs = [i for i, x in enumerate(context.operands) if x in reach]
     values = next(x for x in context.operands if x not in reach)
     keys = scores.operands[1]
@@ -112,18 +112,3 @@ def keys_values(program, attention) -> tuple[int, int]:
             if len(bl) <= contracted[0] < len(bl) + lhs_free:
                 keys = scores.operands[0]
     return keys, values
-
-
-def _reached(program, start: int, limit: int = 64) -> set[int]:
-    """Values made from ``start`` through forward ops other than dots (bounded)."""
-    seen, frontier = {start}, [start]
-    while frontier and len(seen) < limit:
-        for u in program.users[frontier.pop()]:
-            op = program.ops[u]
-            if op.phase != "forward" or traits_of(op.primitive).contraction:
-                continue
-            for r in op.results:
-                if r not in seen:
-                    seen.add(r)
-                    frontier.append(r)
-    return seen
