@@ -11,6 +11,7 @@ import pytest
 import workbench as wb
 from tests.models import programs as external
 from workbench.core.errors import InputError, TacticError
+from workbench.core.propagate.tactics import TacticInputError
 from workbench.core.strategies.context import keys_values
 from workbench.models import build, lm
 
@@ -148,3 +149,13 @@ def test_cp_runs_a_third_party_transformer_like_the_unpartitioned_step():
     program = external.program("eqx_lm")
     s = wb.Session(program, wb.Mesh({"data": 2, "seq": 4}), [wb.BP("data"), wb.CP("seq")])
     assert s.run(repeats=1).matches
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: wb.CP("seq", strict="yes"), lambda: wb.EP("e", strict="yes")]
+)
+def test_a_bad_strict_is_shown_as_given(make):
+    with pytest.raises(
+        TacticInputError, match=r"strict='yes'\): strict must be True or False; got 'yes'"
+    ):
+        make()

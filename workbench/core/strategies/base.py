@@ -35,8 +35,8 @@ def matches(program, selector) -> list[int]:
 
 
 def strict_text(tactic, text: str) -> str:
-    """A strategy's text, with ``strict=True`` when it is set (unchanged otherwise)."""
-    return f"{text[:-1]}, strict=True)" if tactic.strict else text
+    """A strategy's text, with ``strict=`` as given when it is not the default False."""
+    return text if tactic.strict is False else f"{text[:-1]}, strict={tactic.strict!r})"
 
 
 def unmatched(program, name: str, selector) -> list[Target]:
