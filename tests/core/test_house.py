@@ -162,7 +162,21 @@ def test_every_subpackage_has_a_short_readme():
 def test_the_public_face_is_unchanged():
     assert sorted(wb.__all__) == sorted(
         [
-            *("BP", "CP", "EMB", "EP", "MP", "MQ", "PP", "SP", "Z2", "Z3", "Atomic", "Auto", "Imported"),
+            *(
+                "BP",
+                "CP",
+                "EMB",
+                "EP",
+                "MP",
+                "MQ",
+                "PP",
+                "SP",
+                "Z2",
+                "Z3",
+                "Atomic",
+                "Auto",
+                "Imported",
+            ),
             *("Mesh",),
             *("Program", "Replicate", "Role", "Session", "Sharding", "Tactic", "Tile"),
             *("Workbench", "WorkbenchError", "capture", "hardware", "partition", "tag"),
