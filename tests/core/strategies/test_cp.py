@@ -3,12 +3,12 @@ keys and values exchanged only inside attention, weight gradients reduced over t
 applied like any tactic (undo, why, save, load, export), composed with BP and MP, and run
 like the unpartitioned (causal) step."""
 
-import json
 from collections import Counter
 
 import pytest
 
 import workbench as wb
+from tests.core.strategies.roundtrip import round_trip
 from tests.models import programs as external
 from workbench.core.errors import InputError, TacticError
 from workbench.core.propagate.tactics import TacticInputError
@@ -104,13 +104,7 @@ def test_cp_applied_after_bp_reduces_weight_gradients_over_both_axes(program):
 def test_cp_explains_saves_loads_and_exports(program, tmp_path):
     s = session(program, "bp+cp")
     assert "CP('seq')" in str(s.why("batch/tokens"))
-    path = tmp_path / "cp.json"
-    s.save(path)
-    assert json.loads(path.read_text())["schedule"][1]["axis"] == "seq"
-    assert wb.Session.load(program, path).history == s.history
-    namespace: dict = {}
-    exec(s.export_code(), namespace)
-    assert namespace["build"](program).history == s.history
+    assert round_trip(s, program, tmp_path)["schedule"][1]["axis"] == "seq"
     assert "CP" in wb.__all__ and "CP" not in wb.core.strategies.STRATEGIES
 
 

@@ -4,12 +4,12 @@ another; applied like any tactic (undo, why, save, load, export) and run like th
 unpartitioned step; refused where there are no experts, E is not divisible or the form is
 not split."""
 
-import json
 from collections import Counter
 
 import pytest
 
 import workbench as wb
+from tests.core.strategies.roundtrip import round_trip
 from workbench.core.errors import TacticError
 from workbench.models import build, lm
 
@@ -90,13 +90,7 @@ def test_ep_with_mp_on_another_axis(program):
 def test_ep_explains_saves_loads_and_exports(program, tmp_path):
     s = session(program, "bp+ep other axis")
     assert "EP('expert')" in str(s.why("params/layers/0/moe/experts/w_in"))
-    path = tmp_path / "ep.json"
-    s.save(path)
-    assert json.loads(path.read_text())["schedule"][1]["axis"] == "expert"
-    assert wb.Session.load(program, path).history == s.history
-    namespace: dict = {}
-    exec(s.export_code(), namespace)
-    assert namespace["build"](program).history == s.history
+    assert round_trip(s, program, tmp_path)["schedule"][1]["axis"] == "expert"
     assert "EP" in wb.__all__ and "EP" not in wb.core.strategies.STRATEGIES
     assert str(wb.EP("expert", strict=True)) == "EP('expert', strict=True)"
 

@@ -3,11 +3,10 @@ when applied, its stage axis kept free of tiles, priced by `Session.estimate` wi
 other axes' layouts, and run by `Session.run` (what its lowering cannot do yet is refused,
 saying why)."""
 
-import json
-
 import pytest
 
 import workbench as wb
+from tests.core.strategies.roundtrip import round_trip
 from tests.models import programs as external
 from workbench.core.errors import InputError, TacticError
 from workbench.core.propagate.tactics import TacticInputError
@@ -124,13 +123,7 @@ def test_default_microbatches_are_four_per_stage_when_the_batch_allows():
 def test_pp_saves_loads_and_exports(program, tmp_path):
     tactics = [wb.PP("stage", microbatches=4, schedule="gpipe", stages=[1, 2, 3]), wb.BP("data")]
     s = wb.Session(program, MESH, tactics)
-    path = tmp_path / "pp.json"
-    s.save(path)
-    assert json.loads(path.read_text())["schedule"][0]["stages"] == [1, 2, 3]
-    assert wb.Session.load(program, path).history == s.history
-    namespace: dict = {}
-    exec(s.export_code(), namespace)
-    assert namespace["build"](program).history == s.history
+    assert round_trip(s, program, tmp_path)["schedule"][0]["stages"] == [1, 2, 3]
 
 
 def test_what_a_pipelined_step_cannot_do_yet_is_refused_saying_why(program):
