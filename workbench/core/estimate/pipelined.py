@@ -284,15 +284,10 @@ class _Priced:
             for kind, (_, whole) in self.kinds.get(o, {}).items():
                 out[kind] = out.get(kind, 0.0) + whole
         for st in chunks:
-            share = len(st.blocks) / self.n_blocks
-            parts = [(st.forward + st.backward, 1.0, False), (st.optimizer, 1.0, True)]
-            parts += [((o,), share, self.program.ops[self.top[o]].phase == "optimizer")
-                      for o in self.cuts.looped]  # fmt: skip
-            for ops, part, once in parts:
-                for o in ops:
-                    for kind, (per_mb, whole) in self.kinds.get(o, {}).items():
-                        add = part * (whole if once else self.M * per_mb)
-                        out[kind] = out.get(kind, 0.0) + add
+            for o, phase, part in self._placed(st):
+                for kind, (per_mb, whole) in self.kinds.get(o, {}).items():
+                    add = part * (whole if phase == "optimizer" else self.M * per_mb)
+                    out[kind] = out.get(kind, 0.0) + add
         return out
 
     def nbytes(self, v: int) -> int:
@@ -316,31 +311,35 @@ class _Priced:
                 w.add(o)
         return w
 
+    def _placed(self, st):
+        """(op, phase, part) for each op stage ``st`` runs: its forward, backward (a
+        recomputation is there) and optimizer ops whole, and each loop the stages split by
+        the stage's share of the blocks, under the loop's phase."""
+        for ops, phase in (
+            (st.forward, "forward"),
+            (st.backward, "backward"),
+            (st.optimizer, "optimizer"),
+        ):
+            for o in ops:
+                yield o, phase, 1.0
+        share = len(st.blocks) / self.n_blocks
+        for o in self.cuts.looped:
+            yield o, self.program.ops[self.top[o]].phase, share
+
     def stage_times(self, st) -> tuple[float, float, float, float]:
         """One microbatch's F, B (input gradient), W seconds on (virtual) stage ``st``, and
         its optimizer ops' per step."""
-        share = len(st.blocks) / self.n_blocks
         f = b = w = o = 0.0
-        staged = [
-            (ops, ph, 1.0)
-            for ops, ph in (
-                (st.forward, "forward"),
-                (st.backward, "backward"),
-                (st.optimizer, "optimizer"),
-            )
-        ]
-        loops = [((o,), self.program.ops[self.top[o]].phase, share) for o in self.cuts.looped]
-        for ops, phase, part in staged + loops:  # a recomputation is in st.backward
-            for op_id in ops:
-                per_mb, whole = self.time.get(op_id, (0.0, 0.0))
-                if phase == "forward":
-                    f += per_mb * part
-                elif phase == "optimizer":
-                    o += whole * part
-                elif self.top[op_id] in self.weight_ops:
-                    w += per_mb * part
-                else:
-                    b += per_mb * part
+        for op_id, phase, part in self._placed(st):
+            per_mb, whole = self.time.get(op_id, (0.0, 0.0))
+            if phase == "forward":
+                f += per_mb * part
+            elif phase == "optimizer":
+                o += whole * part
+            elif self.top[op_id] in self.weight_ops:
+                w += per_mb * part
+            else:
+                b += per_mb * part
         return f, b, w, o
 
     def once_per_stage(self) -> float:
