@@ -50,8 +50,10 @@ def fit_link(samples: Sequence[Sample]) -> tuple[float, float]:
     """(bandwidth, latency) that best explain the samples by the formulas of `hardware`.
 
     Least squares on relative error of ``t = latency * steps + bytes * factor / bandwidth``
-    (steps and factor per kind, see ``_TERMS``); a negative latency is refitted as zero, a
-    non-positive slope falls back to the largest sample's bytes / time.
+    (steps and factor per kind, see ``_TERMS``). Where noise pulls that latency below zero
+    (few sizes, all near the latency), the two ends decide as in an alpha-beta model: the
+    largest sizes bound the bandwidth, and the smallest sizes' time beyond what that bandwidth
+    explains is the latency (zero when the bandwidth explains it all).
     """
     rows, t = [], []
     for s in samples:
@@ -61,10 +63,19 @@ def fit_link(samples: Sequence[Sample]) -> tuple[float, float]:
     a, t = np.array(rows, float), np.array(t, float)
     w = 1.0 / t  # relative error: small and large sizes weigh alike
     (lat, inv_bw), *_ = np.linalg.lstsq(a * w[:, None], t * w, rcond=None)
-    if lat < 0:
-        col = a[:, 1] * w
-        lat, inv_bw = 0.0, float(col @ (t * w) / (col @ col))
-    if not inv_bw > 0:
-        big = max(range(len(t)), key=lambda i: a[i, 1])
-        lat, inv_bw = 0.0, t[big] / a[big, 1]
-    return float(1.0 / inv_bw), float(max(lat, 0.0))
+    if lat < 0 or not inv_bw > 0:
+        lat, inv_bw = _ends(a, t, np.array([s.nbytes for s in samples], float))
+    return float(1.0 / inv_bw), float(lat)
+
+
+def _ends(a: np.ndarray, t: np.ndarray, nbytes: np.ndarray) -> tuple[float, float]:
+    """(latency, seconds per byte) from the smallest and the largest sizes alone."""
+    big, small = nbytes == nbytes.max(), nbytes == nbytes.min()
+    inv_bw = float(np.median(t[big] / a[big, 1]))  # latency included: an upper bound
+    if big.all():
+        return 0.0, inv_bw
+    lat = float(np.median(np.maximum(t[small] - a[small, 1] * inv_bw, 0.0) / a[small, 0]))
+    left = t[big] - lat * a[big, 0]
+    if (left > 0).all():
+        inv_bw = float(np.median(left / a[big, 1]))
+    return lat, inv_bw
