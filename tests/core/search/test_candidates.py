@@ -12,7 +12,7 @@ from tests.core.zoo import program as zoo_program
 from workbench.core import hardware as hw
 from workbench.core.search.candidates import Candidate, choose, decide, price
 from workbench.core.search.tree import Auto, Search
-from workbench.core.strategies import STRATEGIES
+from workbench.core.strategies.named import MOVES as STRATEGIES  # Auto's moves
 
 MESH = {"data": 2, "model": 4}
 
@@ -159,3 +159,16 @@ def test_the_last_progress_report_is_the_winner():
     s = wb.Session(p, mesh, [auto])
     assert reports[-1].best_tactics == tuple(auto.report(p, mesh, s.state_at(0)).tactics)
     assert reports[-1].best_step_s == pytest.approx(s.estimate(hw.H100).step_s, rel=1e-9)
+
+
+def test_ep_and_cp_are_buttons_not_yet_moves():
+    # their compositions can keep conflicts (EP with BP on its axis, CP under remat): until
+    # they compose cleanly Auto does not try them, and says nothing of them
+    from workbench.core.strategies import STRATEGIES as BUTTONS
+
+    assert {"EP", "CP"} <= set(BUTTONS) and not {"EP", "CP"} & set(STRATEGIES)
+    assert set(STRATEGIES) < set(BUTTONS)
+    p, mesh = program("lm"), wb.Mesh({"data": 2})
+    auto = Auto("data", budget=1)
+    names = {c.name for c in auto.report(p, mesh, wb.Session(p, mesh).state).candidates}
+    assert not any(n.startswith(("EP(", "CP(")) for n in names)

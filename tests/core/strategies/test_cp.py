@@ -54,7 +54,7 @@ def test_cp_splits_the_sequence_and_keeps_keys_and_values_whole(program):
     tokens = s.sharding("batch/tokens")
     assert tokens.dim_of("seq") == 1 and not tokens.uses("data")
     for a in program.anatomy().layers.attention:
-        k, v = keys_values(program, a)
+        k, v = keys_values(program, a.scores, a.context)
         assert not s.state.shardings[k].uses("seq") and not s.state.shardings[v].uses("seq")
         queries = [x for x in program.ops[a.scores].operands if x != k]
         assert [s.state.shardings[q].uses("seq") for q in queries] == [True]
@@ -76,7 +76,7 @@ def test_cp_exchanges_keys_and_values_inside_attention_alone(program, case):
     # propagation gathers the one block input both projections read, and computes the key
     # and value projections on the whole sequence); nothing else over the axis
     assert kinds(forward) == {"all-gather": 2 * n if "MP" in CASES[case][1] else n}
-    exchanged = {x for a in attention for x in keys_values(program, a)}
+    exchanged = {x for a in attention for x in keys_values(program, a.scores, a.context)}
     read_by = {
         o
         for x in exchanged
@@ -105,7 +105,11 @@ def test_cp_explains_saves_loads_and_exports(program, tmp_path):
     s = session(program, "bp+cp")
     assert "CP('seq')" in str(s.why("batch/tokens"))
     assert round_trip(s, program, tmp_path)["schedule"][1]["axis"] == "seq"
-    assert "CP" in wb.__all__ and "CP" not in wb.core.strategies.STRATEGIES
+    assert "CP" in wb.__all__ and "CP" in wb.core.strategies.STRATEGIES  # a button, a move
+    # its suggested axis: one named as context axes are, else the data axis (both split tokens)
+    suggested = wb.core.strategies.suggested_axis
+    assert suggested("CP", wb.Mesh({"data": 2, "seq": 2, "model": 2})) == "seq"
+    assert suggested("CP", wb.Mesh({"model": 2, "batch": 4})) == "batch"
 
 
 def test_ring_and_unknown_kinds_are_refused_saying_what_works():

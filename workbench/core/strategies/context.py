@@ -16,7 +16,7 @@ from workbench.core.strategies.roles import roles
 KINDS = ("all-gather", "ring")
 
 
-@register()
+@register(axes="context", place=9, auto=False)
 @dataclass(frozen=True, slots=True)
 class CP(Tactic):
     """Context parallelism over ``axis``: the data inputs tiled on their sequence dim (the
@@ -85,7 +85,8 @@ class CP(Tactic):
                 "what it sees); pass dim=<the data inputs' sequence dim>, or split the batch "
                 "with BP(axis)."
             )
-        exchanged = [v for a in attention for v in keys_values(program, a)]
+        pairs = [(a.scores, a.context) for a in attention] + recomputed(program, attention)
+        exchanged = [v for pair in pairs for v in keys_values(program, *pair)]
         kept = [
             v for v in dict.fromkeys(exchanged) if self.axis not in state.shardings[v].replicated
         ]
@@ -93,12 +94,44 @@ class CP(Tactic):
         return keep + by_dim(program, mesh, state, self.axis, picks, "sequence")
 
 
-def keys_values(program, attention) -> tuple[int, int]:
-    """The keys and the values an attention's dots read: the scores operand whose length
-    the context dot contracts (the right one unless the probabilities say otherwise), and
-    the context operand the scores do not reach."""
-    scores, context = program.ops[attention.scores], program.ops[attention.context]
-    reach = downstream(program, scores.results[0])
+def recomputed(program, attention) -> list[tuple[int, int]]:
+    """(scores, context) op pairs that recompute an attention outside the forward pass
+    (rematerialisation): dots of the same line, parameters and shapes as its scores, whose
+    result reaches a dot of its context's line (whose operands may come in another order)."""
+
+    def signature(op):
+        shapes = tuple(program.values[v].shape if isinstance(v, int) else () for v in op.operands)
+        return op.source, op.primitive, repr(dict(op.params)), shapes
+
+    wanted = {}
+    for a in attention:
+        scores, context = program.ops[a.scores], program.ops[a.context]
+        if scores.source:  # a line to match on: no guessing by shapes alone
+            wanted[signature(scores)] = (context.source, "")
+    if not wanted:
+        return []
+    later = [op for op in program.ops if op.phase != "forward" and op.primitive == "dot_general"]
+    twins = {}
+    for op in later:
+        twins.setdefault(signature(op), []).append(op)
+        twins.setdefault((op.source, ""), []).append(op)
+    pairs = []
+    for sig, context_sig in wanted.items():
+        contexts = twins.get(context_sig, [])
+        for op in twins.get(sig, []) if contexts else []:
+            reach = downstream(program, op.results[0], phase=op.phase)
+            c = next((c for c in contexts if any(x in reach for x in c.operands)), None)
+            if c is not None:
+                pairs.append((op.id, c.id))
+    return pairs
+
+
+def keys_values(program, scores: int, context: int) -> tuple[int, int]:
+    """The keys and the values an attention's dots (op ids) read: the scores operand whose
+    length the context dot contracts (the right one unless the probabilities say
+    otherwise), and the context operand the scores do not reach."""
+    scores, context = program.ops[scores], program.ops[context]
+    reach = downstream(program, scores.results[0], phase=scores.phase)
     probs = [i for i, x in enumerate(context.operands) if x in reach]
     values = next(x for x in context.operands if x not in reach)
     keys = scores.operands[1]

@@ -23,7 +23,7 @@ REFUSED = {
 }
 
 
-@register()
+@register(axes="expert", place=8, auto=False)
 @dataclass(frozen=True, slots=True)
 class EP(Tactic):
     """Expert parallelism over ``axis``: every MoE layer's expert parameters (each read from

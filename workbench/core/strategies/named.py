@@ -12,6 +12,8 @@ from workbench.core.propagate.tactics import checked_init
 DATA_AXES = ("batch", "data", "dp", "fsdp", "replica")
 MODEL_AXES = ("model", "tensor", "tp", "mp", "heads")
 STAGE_AXES = ("stage", "stages", "pipe", "pipeline", "pp")
+EXPERT_AXES = ("expert", "experts", "ep", "moe")
+CONTEXT_AXES = ("context", "ctx", "cp", "seq", "sequence")
 
 #: Every named tactic by class name: the strategies and the tactics that partition nothing
 #: (``Role``), in the order they registered.
@@ -20,17 +22,24 @@ NAMED: dict[str, type] = {}
 #: The named strategies by name, in the order a user meets them.
 STRATEGIES: dict[str, type] = {}
 
+#: The strategies Auto tries as its moves: all but those registered with ``auto=False``.
+MOVES: dict[str, type] = {}
+
 _PLACE: dict[str, int] = {}  # strategy -> its place in STRATEGIES
-_AXES: dict[str, str] = {}  # strategy -> "data" or "model": the kind of axis it runs on
+_NOT_MOVES: set[str] = set()  # strategies registered with auto=False
+_AXES: dict[str, str] = {}  # strategy -> the kind of axis it runs on (see conventional_axis)
+_KINDS = ("data", "model", "expert", "context")
 
 
-def register(*, axes: str | None = None, place: int = 0):
+def register(*, axes: str | None = None, place: int = 0, auto: bool = True):
     """Class decorator: enter a named tactic in the registry under its class name (a second
-    registration of a name is a bug); a call with wrong arguments raises ``TacticInputError``. A strategy gives ``axes``, ``"data"`` or ``"model"``
-    (the kind of mesh axis it usually runs on, ``suggested_axis``), and its ``place`` among
-    the strategies; a tactic without ``axes`` partitions nothing and is no strategy."""
-    if axes not in (None, "data", "model"):
-        raise ValueError(f"axes must be 'data', 'model' or None; got {axes!r}")
+    registration of a name is a bug); a call with wrong arguments raises ``TacticInputError``.
+    A strategy gives ``axes``, the kind of mesh axis it usually runs on (one of ``_KINDS``,
+    see ``suggested_axis``), and its ``place`` among the strategies; a tactic without
+    ``axes`` is no strategy (it partitions nothing, or it needs settings, as ``PP``). A
+    strategy with ``auto=False`` is a button but not one of Auto's moves."""
+    if axes is not None and axes not in _KINDS:
+        raise ValueError(f"axes must be one of {_KINDS} or None; got {axes!r}")
 
     def enter(cls: type) -> type:
         cls = checked_init(cls)  # unknown or missing arguments: a TacticInputError
@@ -43,6 +52,10 @@ def register(*, axes: str | None = None, place: int = 0):
             ordered = sorted([*STRATEGIES.items(), (name, cls)], key=lambda kv: _PLACE[kv[0]])
             STRATEGIES.clear()  # in place: readers hold this dict
             STRATEGIES.update(ordered)
+            if not auto:
+                _NOT_MOVES.add(name)
+            MOVES.clear()
+            MOVES.update((n, c) for n, c in ordered if n not in _NOT_MOVES)
         return cls
 
     return enter
@@ -50,7 +63,9 @@ def register(*, axes: str | None = None, place: int = 0):
 
 def suggested_axis(strategy: str, mesh) -> str:
     """The mesh axis a named strategy runs on unless told otherwise: a data-like axis for
-    BP, Z2 and Z3 (else the first axis), a model-like one for the rest (else the last)."""
+    BP, Z2 and Z3 (else the first axis), an expert-like one for EP and a context-like one
+    for CP (else a data-like one, as both split tokens), a model-like one for the rest (else
+    the last)."""
     if strategy not in STRATEGIES:
         raise TacticError(
             f"unknown strategy {strategy!r}; the named strategies are {list(STRATEGIES)}."
@@ -59,12 +74,21 @@ def suggested_axis(strategy: str, mesh) -> str:
 
 
 def conventional_axis(kind: str, mesh) -> str:
-    """The mesh axis named by convention for ``kind`` (``"data"``, ``"model"`` or
-    ``"stage"``) work, else the first axis for data and stages, the last for model."""
-    conventional = {"data": DATA_AXES, "model": MODEL_AXES, "stage": STAGE_AXES}[kind]
+    """The mesh axis named by convention for ``kind`` (``"data"``, ``"model"``, ``"stage"``,
+    ``"expert"`` or ``"context"``) work; else, for experts and context, the data axis; else
+    the first axis, or the last for model."""
+    conventional = {
+        "data": DATA_AXES,
+        "model": MODEL_AXES,
+        "stage": STAGE_AXES,
+        "expert": EXPERT_AXES,
+        "context": CONTEXT_AXES,
+    }[kind]
     for name in mesh.names:
         if name.lower() in conventional:
             return name
+    if kind in ("expert", "context"):
+        return conventional_axis("data", mesh)
     return mesh.names[-1] if kind == "model" else mesh.names[0]
 
 
