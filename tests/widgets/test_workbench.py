@@ -354,3 +354,27 @@ def test_the_pp_button_pipelines_with_its_settings_and_refuses_bad_ones():
     bar.buttons["BP"].click()
     assert [str(t) for t in b.session.history] == ["PP('stage', microbatches=4)", "BP('data')"]
     assert b.session.estimate(b.hardware, overlap=b.overlap).pipeline.schedule.kind == "1f1b"
+
+
+def test_the_ep_and_cp_buttons_split_experts_and_sequences_or_say_why_not():
+    """EP goes on an expert-like axis and CP on a context-like one; EP on a model with no
+    experts is refused in the panel and leaves the session as it was."""
+    ex = build("lm", lm.Config.preset("moe"))
+    b = on_page(Workbench(ex.fn, *ex.args, mesh={"data": 2, "expert": 4}))
+    bar = b.strategies
+    assert list(bar.buttons)[-3:] == ["EP", "CP", "PP"]
+    bar.buttons["BP"].click()
+    bar.buttons["EP"].click()
+    assert [str(t) for t in b.session.history] == ["BP('data')", "EP('expert')"]
+    assert "4@expert" in str(b.session.sharding("params/layers/0/moe/experts/w_in"))
+    assert not bar.error.value and "EP(axis='expert'" in b.export.value
+
+    dense = build("lm", lm.Config.preset("tiny", seq_len=32))
+    b = on_page(Workbench(dense.fn, *dense.args, mesh={"data": 2, "context": 4}))
+    bar = b.strategies
+    bar.buttons["EP"].click()  # no experts: refused, nothing applied
+    assert b.session.step == 0 and "no mixture of experts" in bar.error.value
+    bar.buttons["CP"].click()
+    assert [str(t) for t in b.session.history] == ["CP('context')"]
+    assert not bar.error.value and not b.session.conflicts
+    assert str(b.session.sharding("batch/tokens")).endswith("32@context]")
