@@ -85,6 +85,24 @@ def test_a_conflict_is_recorded_and_nothing_is_guessed():
     assert "conflict at dot_general.0 on axis 'model'" in str(conflict)
 
 
+def test_a_contraction_split_under_a_result_already_tiled_is_a_reduce_scatter():
+    # one tactic tiles the contracted dim of the product's input and, through the add, the
+    # rows of its result, which reach the product first (the input's way is longer): each
+    # device sums its share of the contraction and the sums are scattered onto the rows (a
+    # key gradient under CP), with no conflict
+    def f(a, w, z):
+        return (jnp.cos(jnp.sin(jnp.tanh(a))) @ w).T + z
+
+    s = session(f, sds(8, 16), sds(16, 4), sds(4, 8))
+    s.apply(wb.Tile("{a,z}", 1, "model"))
+    assert s.conflicts == []
+    assert str(s.sharding("w")) == "f32[16@model,4]"
+    assert str(s.sharding("out")) == "f32[4,8@model]"
+    (scatter,) = [c for c in s.collectives() if c.axes == ("model",)]
+    assert scatter.kind == "reduce-scatter"
+    assert s.run(repeats=1).matches
+
+
 def test_a_later_tactic_never_overrides_an_earlier_decision():
     def f(x, z):
         return jnp.sin(x) + z

@@ -229,14 +229,15 @@ def find_layers(anatomy) -> Layers:
     )
 
 
-def downstream(program, start: int, limit: int = 64, phase: str = "forward") -> set[int]:
-    """Values reached from ``start`` through ops of ``phase`` (bounded), dots excluded."""
+def downstream(program, start: int, limit: int = 64, phase: str | None = "forward") -> set[int]:
+    """Values reached from ``start`` through ops of ``phase`` (any phase for None; bounded),
+    dots excluded."""
     seen, frontier = {start}, [start]
     while frontier and len(seen) < limit:
         v = frontier.pop()
         for u in program.users[v]:
             op = program.ops[u]
-            if op.phase != phase or traits_of(op.primitive).contraction:
+            if phase not in (None, op.phase) or traits_of(op.primitive).contraction:
                 continue
             for r in op.results:
                 if r not in seen:

@@ -277,6 +277,9 @@ class Propagator:
                 | (results if f in ix.mapping.contracting else set())
                 for f in by_factor
             }
+            if self.scatters(ix, claims):  # the contraction reaches the operands alone
+                by_factor = {f: by_factor[f] for f in by_factor if f in ix.mapping.contracting}
+                carriers = {}
             factors = list(carriers)
             for i, f in enumerate(factors):
                 for g in factors[i + 1 :]:
@@ -293,6 +296,24 @@ class Propagator:
             source = next(ix.tensors[t] for t, g, _ in claims if g == f)
             written += self.spread_factor(o, ix, axis, f, prefix, source, claims)
         return written
+
+    @staticmethod
+    def scatters(ix: OpIndex, claims) -> bool:
+        """Whether the claims read as a reduce-scatter: operands tiled on one contracted factor
+        alone, a result tiled on one free factor: each device sums its share of the
+        contraction and the sums are scattered onto the result's tiling (a weight or key
+        gradient whose consumer was tiled first). Nothing to spread, and no conflict."""
+        m = ix.mapping
+        if m.reduction != "sum":
+            return False
+        inside = {f for t, f, _ in claims if t < ix.n_in}
+        outside = {f for t, f, _ in claims if t >= ix.n_in}
+        return (
+            len(inside) == 1
+            and inside <= set(m.contracting)
+            and len(outside) == 1
+            and not outside & set(m.contracting)
+        )
 
     def spread_factor(self, o, ix: OpIndex, axis, f, prefix, source, claims) -> list[int]:
         m = ix.mapping

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from workbench.core.anatomy.layers import downstream
 from workbench.core.errors import TacticError, given
+from workbench.core.ops import traits as traits_of
 from workbench.core.propagate.tactics import Atomic, Tactic, TacticInputError, _check_axis
 from workbench.core.strategies.base import by_dim, check_fields, names_of, strict_text
 from workbench.core.strategies.named import register
@@ -96,8 +97,9 @@ class CP(Tactic):
 
 def recomputed(program, attention) -> list[tuple[int, int]]:
     """(scores, context) op pairs that recompute an attention outside the forward pass
-    (rematerialisation): dots of the same line, parameters and shapes as its scores, whose
-    result reaches a dot of its context's line (whose operands may come in another order)."""
+    (rematerialisation, in the backward pass or, for the last layers, where the forward
+    ends): dots of the same line, parameters and shapes as its scores, whose result reaches
+    a dot of its context's line (whose operands may come in another order)."""
 
     def signature(op):
         shapes = tuple(program.values[v].shape if isinstance(v, int) else () for v in op.operands)
@@ -110,7 +112,8 @@ def recomputed(program, attention) -> list[tuple[int, int]]:
             wanted[signature(scores)] = (context.source, "")
     if not wanted:
         return []
-    later = [op for op in program.ops if op.phase != "forward" and op.primitive == "dot_general"]
+    own = {a.scores for a in attention} | {a.context for a in attention}
+    later = [op for op in program.ops if traits_of(op.primitive).contraction and op.id not in own]
     twins = {}
     for op in later:
         twins.setdefault(signature(op), []).append(op)
@@ -119,7 +122,7 @@ def recomputed(program, attention) -> list[tuple[int, int]]:
     for sig, context_sig in wanted.items():
         contexts = twins.get(context_sig, [])
         for op in twins.get(sig, []) if contexts else []:
-            reach = downstream(program, op.results[0], phase=op.phase)
+            reach = downstream(program, op.results[0], phase=None)
             c = next((c for c in contexts if any(x in reach for x in c.operands)), None)
             if c is not None:
                 pairs.append((op.id, c.id))
