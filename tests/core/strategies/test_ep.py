@@ -132,3 +132,23 @@ def test_ep_on_the_gather_form_runs_like_the_unpartitioned_step():
     s = wb.Session(program, wb.Mesh({"data": 2, "expert": 4}), [wb.BP("data"), wb.EP("expert")])
     assert not s.conflicts
     assert s.run(repeats=1).matches
+
+
+def test_ep_after_bp_on_its_axis_says_the_experts_state_stays_whole():
+    # with float32 master weights, BP on the axis first reduces the experts' gradients over
+    # the tokens whole: their optimizer state cannot follow the experts, and EP says so;
+    # EP first shards it
+    ex = build("lm", lm.Config.preset("moe", dtype="bfloat16", master_weights=True), abstract=True)
+    p = wb.capture(ex.fn, *ex.args)
+    mesh = wb.Mesh({"expert": 4, "data": 2})
+    late = wb.Session(p, mesh, [wb.BP("expert"), wb.EP("expert")])
+    notes = late.notes(2)
+    assert notes and all("apply EP before" in n for n in notes)
+    assert any(
+        n.startswith("opt_state/master/layers/0/moe/experts/w_in stays whole") for n in notes
+    )
+    early = wb.Session(p, mesh, [wb.EP("expert"), wb.BP("expert")])
+    assert not early.notes(1)
+    assert "4@expert" in str(early.sharding("opt_state/master/layers/0/moe/experts/w_in"))
+    with pytest.raises(wb.WorkbenchError, match="apply EP before"):
+        wb.Session(p, mesh, [wb.BP("expert"), wb.EP("expert", strict=True)])

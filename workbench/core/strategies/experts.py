@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench.core.errors import TacticError
-from workbench.core.propagate.tactics import Tactic, _check_axis
+from workbench.core.propagate.tactics import Expansion, Tactic, Target, _check_axis
 from workbench.core.strategies.base import by_dim, check_fields, strict_text
 from workbench.core.strategies.named import register
+from workbench.core.strategies.roles import roles
 
 #: The MoE forms whose experts EP splits; the others are refused, saying why.
 FORMS = ("einsum", "gather")
@@ -38,6 +39,8 @@ class EP(Tactic):
     (``BP`` first), the expert matmuls read tokens split by group and experts split by
     expert: propagation leaves them as conflicts, which the lowering resolves with
     all-to-alls around each expert matmul (more than the textbook dispatch and combine).
+    Apply EP before such a BP: after it, the experts' gradients are whole sums over the
+    tokens, so their optimizer state stays whole (each such value is a note of the step).
     """
 
     axis: str
@@ -75,4 +78,19 @@ class EP(Tactic):
                     f"{', '.join(map(str, works)) or '(none: a single expert)'}."
                 )
         picks = [pick for layer in layers for pick in layer.experts]
-        return by_dim(program, mesh, state, self.axis, picks, "experts")
+        tiles = by_dim(program, mesh, state, self.axis, picks, "experts")
+        # the experts' optimizer state and updates follow their parameters, unless an
+        # earlier tactic on the axis decided their gradients as whole sums: then say so
+        view = roles(program, state)
+        why = (
+            f"its expert's gradient reaches the optimizer whole on {self.axis!r}: an earlier "
+            "tactic on the axis (BP, say) reduced it over the tokens first; apply EP before "
+            "the tactics that split the tokens on this axis to shard it and save its memory"
+        )
+        follow = [
+            u
+            for v, _ in picks
+            for u in [*view.companions(v), view.new_params.get(v)]
+            if u is not None and program.values[u].shape == program.values[v].shape
+        ]
+        return tiles + Expansion((), [Target(u, why) for u in dict.fromkeys(follow)])
