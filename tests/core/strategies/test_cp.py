@@ -170,3 +170,15 @@ def test_a_bad_strict_is_shown_as_given(make):
         TacticInputError, match=r"strict='yes'\): strict must be True or False; got 'yes'"
     ):
         make()
+
+
+def test_one_sequence_a_step_is_split_by_cp_and_not_read_as_a_batch():
+    # long-context training holds one sequence a step: its length is no batch dimension
+    ex = build("lm", lm.Config.preset("tiny", batch=1, seq_len=64), abstract=True)
+    p = wb.capture(ex.fn, *ex.args)
+    anatomy = p.anatomy()
+    assert anatomy.batch_class is None and anatomy.sequence_class is not None
+    s = wb.Session(p, wb.Mesh({"seq": 4}), [wb.CP("seq")])
+    assert str(s.sharding("batch/tokens")) == "i32[1,64@seq]" and not s.conflicts
+    with pytest.raises(TacticError, match="no data input with a batch dimension"):
+        wb.Session(p, wb.Mesh({"seq": 4}), [wb.BP("seq")])

@@ -380,6 +380,17 @@ def build_anatomy(program) -> Anatomy:
     )
 
 
+def _one_example(program, classes: DimClasses, data_inputs, c: int) -> bool:
+    """Whether every data input carrying class ``c`` has a dim of size 1 before it."""
+    values = program.values
+    holders = [
+        (values[i].shape, classes.dims_of(i, len(values[i].shape)).index(c))
+        for i in data_inputs
+        if c in classes.dims_of(i, len(values[i].shape))
+    ]
+    return bool(holders) and all(1 in shape[:d] for shape, d in holders)
+
+
 def _batch(program, classes: DimClasses, params: set[int], data_inputs, findings):
     """The batch class: carried by most data inputs, by no parameter, by no op twice; ties go
     to the earlier dimension. The runner-up that attention carries twice is the sequence."""
@@ -388,7 +399,7 @@ def _batch(program, classes: DimClasses, params: set[int], data_inputs, findings
     score: dict[int, list] = {}
     for i in data_inputs:
         for d, c in enumerate(classes.dims_of(i, len(values[i].shape))):
-            if c in param_classes:
+            if c in param_classes or values[i].shape[d] == 1:  # size 1: nothing to split
                 continue
             entry = score.setdefault(c, [0, d])
             entry[0] += 1
@@ -396,6 +407,10 @@ def _batch(program, classes: DimClasses, params: set[int], data_inputs, findings
     if not score:
         return None, None, tuple((i, None) for i in data_inputs)
     ranked = sorted(score, key=lambda c: (-score[c][0], c in classes.conflicts, score[c][1]))
+    if ranked[0] in classes.conflicts and _one_example(program, classes, data_inputs, ranked[0]):
+        # a class an op carries twice (attention's sequence), behind a leading dim of size 1
+        # in every data input that has it: one example a step, and the sequence is no batch
+        return None, ranked[0], tuple((i, None) for i in data_inputs)
     batch = ranked[0]
     ties = [c for c in ranked[1:] if score[c][0] == score[batch][0]]
     sure = 0.9 if not ties else (0.75 if batch not in classes.conflicts else 0.5)
