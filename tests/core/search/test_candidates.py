@@ -12,7 +12,8 @@ from tests.core.zoo import program as zoo_program
 from workbench.core import hardware as hw
 from workbench.core.search.candidates import Candidate, choose, decide, price
 from workbench.core.search.tree import Auto, Search
-from workbench.core.strategies.named import MOVES as STRATEGIES  # Auto's moves
+from workbench.core.strategies import STRATEGIES
+from workbench.models import build, lm
 
 MESH = {"data": 2, "model": 4}
 
@@ -161,14 +162,17 @@ def test_the_last_progress_report_is_the_winner():
     assert reports[-1].best_step_s == pytest.approx(s.estimate(hw.H100).step_s, rel=1e-9)
 
 
-def test_ep_and_cp_are_buttons_not_yet_moves():
-    # their compositions can keep conflicts (EP with BP on its axis, CP under remat): until
-    # they compose cleanly Auto does not try them, and says nothing of them
-    from workbench.core.strategies import STRATEGIES as BUTTONS
-
-    assert {"EP", "CP"} <= set(BUTTONS) and not {"EP", "CP"} & set(STRATEGIES)
-    assert set(STRATEGIES) < set(BUTTONS)
+def test_ep_and_cp_are_moves_that_say_why_they_do_not_apply():
+    # on a dense LM EP finds no experts: listed with the reason, never the winner; on the
+    # zoo's mixture of experts it applies on the experts' axis
     p, mesh = program("lm"), wb.Mesh({"data": 2})
     auto = Auto("data", budget=1)
-    names = {c.name for c in auto.report(p, mesh, wb.Session(p, mesh).state).candidates}
-    assert not any(n.startswith(("EP(", "CP(")) for n in names)
+    report = auto.report(p, mesh, wb.Session(p, mesh).state)
+    by_name = {c.name: c for c in report.candidates}
+    assert "no mixture of experts" in by_name["EP('data')"].error
+    assert by_name["CP('data')"].applies and report.winner.name != "EP('data')"
+    ex = build("lm", lm.Config.preset("moe"), abstract=True)
+    moe, mesh = wb.capture(ex.fn, *ex.args), wb.Mesh({"expert": 4})
+    report = Auto("expert", budget=1).report(moe, mesh, wb.Session(moe, mesh).state)
+    ep = next(c for c in report.candidates if c.name == "EP('expert')")
+    assert ep.applies and not ep.conflicts

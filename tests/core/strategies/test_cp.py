@@ -105,7 +105,7 @@ def test_cp_explains_saves_loads_and_exports(program, tmp_path):
     s = session(program, "bp+cp")
     assert "CP('seq')" in str(s.why("batch/tokens"))
     assert round_trip(s, program, tmp_path)["schedule"][1]["axis"] == "seq"
-    assert "CP" in wb.__all__ and "CP" in wb.core.strategies.STRATEGIES  # a button, a move
+    assert "CP" in wb.__all__ and "CP" in wb.core.strategies.STRATEGIES  # a button and Auto's move
     # its suggested axis: one named as context axes are, else the data axis (both split tokens)
     suggested = wb.core.strategies.suggested_axis
     assert suggested("CP", wb.Mesh({"data": 2, "seq": 2, "model": 2})) == "seq"

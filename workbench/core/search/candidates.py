@@ -184,20 +184,19 @@ def _conflict_text(program, conflict, e) -> str:
 
 
 def named(program, mesh, start, auto, search) -> list[Candidate]:
-    """Every registered named strategy that is one of Auto's moves (``MOVES``) on each of
-    ``auto``'s axes, priced from ``start``; with several axes, also a composition grown
-    greedily (see module doc)."""
+    """Every registered named strategy on each of ``auto``'s axes, priced from ``start``;
+    with several axes, also a composition grown greedily (see module doc)."""
+    from workbench.core.strategies import STRATEGIES
     from workbench.core.strategies.data import BP
-    from workbench.core.strategies.named import MOVES
     from workbench.core.strategies.pipeline import PP, pipeline_moves
 
     if auto.inputs != "**":
         why = f"Auto(inputs={auto.inputs!r}) may decide only those inputs; a strategy decides all"
-        return [Candidate(name, (), error=why) for name in MOVES]
+        return [Candidate(name, (), error=why) for name in STRATEGIES]
     out: list[Candidate] = []
     by_axis: dict[str, list[tuple[str, Tactic]]] = {}
     for axis in auto.axes:
-        for name, cls in MOVES.items():
+        for name, cls in STRATEGIES.items():
             try:
                 by_axis.setdefault(axis, []).append((f"{name}({axis!r})", cls(axis)))
             except (WorkbenchError, TypeError) as err:  # a strategy that needs more than an axis

@@ -17,7 +17,7 @@ from workbench.core.strategies.roles import roles
 KINDS = ("all-gather", "ring")
 
 
-@register(axes="context", place=9, auto=False)
+@register(axes="context", place=9)
 @dataclass(frozen=True, slots=True)
 class CP(Tactic):
     """Context parallelism over ``axis``: the data inputs tiled on their sequence dim (the

@@ -24,7 +24,7 @@ REFUSED = {
 }
 
 
-@register(axes="expert", place=8, auto=False)
+@register(axes="expert", place=8)
 @dataclass(frozen=True, slots=True)
 class EP(Tactic):
     """Expert parallelism over ``axis``: every MoE layer's expert parameters (each read from

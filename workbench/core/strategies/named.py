@@ -22,22 +22,17 @@ NAMED: dict[str, type] = {}
 #: The named strategies by name, in the order a user meets them.
 STRATEGIES: dict[str, type] = {}
 
-#: The strategies Auto tries as its moves: all but those registered with ``auto=False``.
-MOVES: dict[str, type] = {}
-
 _PLACE: dict[str, int] = {}  # strategy -> its place in STRATEGIES
-_NOT_MOVES: set[str] = set()  # strategies registered with auto=False
 _AXES: dict[str, str] = {}  # strategy -> the kind of axis it runs on (see conventional_axis)
 _KINDS = ("data", "model", "expert", "context")
 
 
-def register(*, axes: str | None = None, place: int = 0, auto: bool = True):
+def register(*, axes: str | None = None, place: int = 0):
     """Class decorator: enter a named tactic in the registry under its class name (a second
     registration of a name is a bug); a call with wrong arguments raises ``TacticInputError``.
     A strategy gives ``axes``, the kind of mesh axis it usually runs on (one of ``_KINDS``,
     see ``suggested_axis``), and its ``place`` among the strategies; a tactic without
-    ``axes`` is no strategy (it partitions nothing, or it needs settings, as ``PP``). A
-    strategy with ``auto=False`` is a button but not one of Auto's moves."""
+    ``axes`` is no strategy (it partitions nothing, or it needs settings, as ``PP``)."""
     if axes is not None and axes not in _KINDS:
         raise ValueError(f"axes must be one of {_KINDS} or None; got {axes!r}")
 
@@ -52,10 +47,6 @@ def register(*, axes: str | None = None, place: int = 0, auto: bool = True):
             ordered = sorted([*STRATEGIES.items(), (name, cls)], key=lambda kv: _PLACE[kv[0]])
             STRATEGIES.clear()  # in place: readers hold this dict
             STRATEGIES.update(ordered)
-            if not auto:
-                _NOT_MOVES.add(name)
-            MOVES.clear()
-            MOVES.update((n, c) for n, c in ordered if n not in _NOT_MOVES)
         return cls
 
     return enter
