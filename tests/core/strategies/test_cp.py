@@ -12,7 +12,7 @@ from tests.core.strategies.roundtrip import round_trip
 from tests.models import programs as external
 from workbench.core.errors import InputError, TacticError
 from workbench.core.propagate.tactics import TacticInputError
-from workbench.core.strategies.context import keys_values
+from workbench.core.strategies.context import key_positions, keys_values, query_rows
 from workbench.models import build, lm
 
 CASES = {
@@ -140,14 +140,29 @@ def test_cp_runs_like_the_unpartitioned_causal_step(program, case):
     assert session(program, case).run(repeats=1).matches
 
 
-@pytest.mark.slow
-def test_cp_runs_a_third_party_transformer_like_the_unpartitioned_step():
+@pytest.mark.slow  # 15-20 s each: a third-party step, partitioned and whole
+@pytest.mark.parametrize("name", ["eqx_lm", "linen_lm", "nnx_lm", "hf_gpt2"])
+def test_cp_runs_a_third_party_transformer_like_the_unpartitioned_step(name):
     # the keys' gradient, a sum over the split queries whose consumer was tiled first, is
-    # reduce-scattered onto it: no conflict
-    program = external.program("eqx_lm")
+    # reduce-scattered onto it; Flax's masks compare query and key positions, both of the
+    # split sequence: the key positions stay whole with the keys, the mask is split on its
+    # queries only. No conflict on any of them.
+    program = external.program(name)
     s = wb.Session(program, wb.Mesh({"data": 2, "seq": 4}), [wb.BP("data"), wb.CP("seq")])
     assert not s.conflicts
     assert s.run(repeats=1).matches
+
+
+def test_the_key_positions_of_a_mask_are_found_small_and_whole():
+    program = external.program("linen_lm")
+    s = wb.Session(program, wb.Mesh({"data": 2, "seq": 4}), [wb.BP("data"), wb.CP("seq")])
+    (a, *_) = program.anatomy().layers.attention
+    found = key_positions(program, a.scores, a.context)
+    scores = program.values[program.ops[a.scores].results[0]]
+    assert found and all(program.values[v].size < scores.size for v in found)
+    assert all(s.state.shardings[v].dim_of("seq") is None for v in found)  # whole: atomic
+    probs, dim = query_rows(program, a.scores, a.context)
+    assert f"{program.values[probs].shape[dim]}@seq" in str(s.state.shardings[probs])
 
 
 @pytest.mark.slow  # about 15 s: a run of four rematerialised layers
@@ -180,5 +195,5 @@ def test_one_sequence_a_step_is_split_by_cp_and_not_read_as_a_batch():
     assert anatomy.batch_class is None and anatomy.sequence_class is not None
     s = wb.Session(p, wb.Mesh({"seq": 4}), [wb.CP("seq")])
     assert str(s.sharding("batch/tokens")) == "i32[1,64@seq]" and not s.conflicts
-    with pytest.raises(TacticError, match="no data input with a batch dimension"):
+    with pytest.raises(TacticError, match=r"no data input with a batch dimension.*CP\(axis\)"):
         wb.Session(p, wb.Mesh({"seq": 4}), [wb.BP("seq")])

@@ -23,16 +23,16 @@ class CP(Tactic):
     """Context parallelism over ``axis``: the data inputs tiled on their sequence dim (the
     class attention carries twice, or ``dim``), so every activation is split on it.
 
-    In each attention the queries stay split while the keys and values its scores and
-    context dots read are kept whole on the axis: all-gathered in the forward pass, their
-    gradients (sums over the split queries) reduce-scattered back in the backward pass.
-    The weight gradients, sums over the split sequence, are reduced over the axis as data
-    parallelism's are. ``kind="all-gather"`` is the only kind built; ``"ring"`` (keys and
-    values passed around a ring, combined by an online softmax) is not yet. Where the key
-    and value projections read one input (a block's normalised stream), propagation
-    gathers that input instead, and each device projects the whole sequence's keys and
-    values; where the gradients of keys and values meet split tilings on their way back
-    (some third-party attentions), conflicts remain and are listed.
+    In each attention (and its recomputation under remat) the queries stay split while
+    the keys and values its dots read are kept whole on the axis: all-gathered in the
+    forward pass, their gradients (sums over the split queries) reduce-scattered back.
+    The probabilities are split on their queries first, and the key positions of a mask
+    added to the scores (``key_positions``) stay whole with the keys, so a causal or
+    padding mask is split on its queries only. The weight gradients, sums over the split
+    sequence, are reduced over the axis as data parallelism's are. Where the key and value
+    projections read one input, propagation gathers that input instead, and each device
+    projects the whole sequence's keys and values. ``kind="all-gather"`` is the only kind
+    built; ``"ring"`` (keys and values passed around a ring) is not yet.
     """
 
     axis: str
@@ -88,11 +88,16 @@ class CP(Tactic):
             )
         pairs = [(a.scores, a.context) for a in attention] + recomputed(program, attention)
         exchanged = [v for pair in pairs for v in keys_values(program, *pair)]
+        exchanged += [v for pair in pairs for v in key_positions(program, *pair)]
         kept = [
             v for v in dict.fromkeys(exchanged) if self.axis not in state.shardings[v].replicated
         ]
         keep = [Atomic(names_of(program, kept), self.axis)] if kept else []
-        return keep + by_dim(program, mesh, state, self.axis, picks, "sequence")
+        # the probabilities split on their queries first: a keys' gradient tiled on its
+        # sequence (from a weight gradient) must not reach them through the values' gradient
+        rows = [r for pair in pairs if (r := query_rows(program, *pair)) is not None]
+        first = by_dim(program, mesh, state, self.axis, rows, "queries") if rows else []
+        return keep + first + by_dim(program, mesh, state, self.axis, picks, "sequence")
 
 
 def recomputed(program, attention) -> list[tuple[int, int]]:
@@ -127,6 +132,73 @@ def recomputed(program, attention) -> list[tuple[int, int]]:
             if c is not None:
                 pairs.append((op.id, c.id))
     return pairs
+
+
+def query_rows(program, scores: int, context: int) -> tuple[int, int] | None:
+    """(probabilities, their queries' dim): the context dot's operand the scores reach, and
+    its one free dim longer than 1 (None where there is not exactly one)."""
+    op, context = program.ops[scores], program.ops[context]
+    reach = downstream(program, op.results[0], phase=op.phase)
+    probs = [i for i, x in enumerate(context.operands) if x in reach]
+    if len(probs) != 1:
+        return None
+    (i,) = probs
+    (contracted, batch) = (context.params["dimension_numbers"][0][i],
+                           context.params["dimension_numbers"][1][i])  # fmt: skip
+    v = context.operands[i]
+    shape = program.values[v].shape
+    free = [d for d in range(len(shape)) if d not in (*contracted, *batch) and shape[d] > 1]
+    return (v, free[0]) if len(free) == 1 else None
+
+
+def key_positions(program, scores: int, context: int) -> list[int]:
+    """Arrays that index the keys alone in a mask or bias added to the scores (a causal
+    mask compares query positions with key positions, both of the split sequence): walked
+    back from what meets the scores, through broadcasts and elementwise ops, to values
+    whose query dim is 1 and whose key dim is not. Kept whole with the keys (they are
+    small), the mask is split on its queries only; split, it would be split on both."""
+    rows = query_rows(program, scores, context)
+    if rows is None:
+        return []
+    probs, t_dim = rows
+    op, ctx = program.ops[scores], program.ops[context]
+    i = ctx.operands.index(probs)
+    (s_dim,) = ctx.params["dimension_numbers"][0][i] or (None,)
+    shape = program.values[probs].shape
+    reach = downstream(program, op.results[0], phase=op.phase)
+    sides = [
+        x
+        for v in reach
+        if program.values[v].shape == shape
+        for u in program.users[v]
+        if u != context and program.ops[u].phase == op.phase
+        for x in program.ops[u].operands
+        if isinstance(x, int) and x not in reach and len(program.values[x].shape) == len(shape)
+    ]
+    out, todo, seen = [], [(x, t_dim, s_dim, 0) for x in sides], set()
+    while todo:
+        v, t, s, depth = todo.pop()
+        if (v, t, s) in seen or s is None or depth > 16:
+            continue
+        seen.add((v, t, s))
+        vshape = program.values[v].shape
+        if vshape[s] > 1 and (t is None or vshape[t] == 1):
+            out.append(v)
+            continue
+        made = program.values[v].producer
+        if made is None:
+            continue
+        m = program.mappings[made]  # a dim of v and an operand's dim align where they
+        r = program.ops[made].results.index(v)  # share their factors
+        for x, dims in zip(program.ops[made].operands, m.operands):
+            if not isinstance(x, int):
+                continue
+            at = {tuple(f): d for d, f in enumerate(dims) if f}
+            ft = tuple(m.results[r][t]) if t is not None else ()
+            fs = tuple(m.results[r][s])
+            if fs and fs in at and not set(fs) & m.blocked:
+                todo.append((x, at.get(ft) if ft else None, at[fs], depth + 1))
+    return list(dict.fromkeys(out))
 
 
 def keys_values(program, scores: int, context: int) -> tuple[int, int]:

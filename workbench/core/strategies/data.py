@@ -34,12 +34,18 @@ class BP(Tactic):
         _check_axis(self, mesh)
         if self.inputs is not None:
             return [Tile(self.inputs, 0 if self.dim is None else self.dim, self.axis)]
-        data = [(v, d if self.dim is None else self.dim) for v, d in roles(program, state).data]
+        view = roles(program, state)
+        data = [(v, d if self.dim is None else self.dim) for v, d in view.data]
         tiles = by_dim(program, mesh, state, self.axis, data, "batch")
         if not any(d is not None for _, d in data):
+            one = (
+                " It holds one sequence a step (a batch of 1): split the sequence with CP(axis)."
+                if view.sequence_class is not None and view.batch_class is None
+                else ""
+            )
             raise TacticError(
                 f"{self}: the workbench sees no data input with a batch dimension in "
                 f"{program.name} (program.anatomy() shows what it sees); pass inputs= and dim=, "
-                "or apply Role(selector, 'data', dim=...) first."
+                f"or apply Role(selector, 'data', dim=...) first.{one}"
             )
         return tiles
