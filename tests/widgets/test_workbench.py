@@ -294,6 +294,11 @@ def test_suggested_axes():
     assert suggested_axis("BP", mesh) == "data" and suggested_axis("MP", mesh) == "tensor"
     other = wb.Mesh({"x": 2, "y": 4})
     assert suggested_axis("Z3", other) == "x" and suggested_axis("SP", other) == "y"
+    # EP and CP: an axis named as expert or context axes are, else the data axis (both
+    # split tokens)
+    for name, axis in (("EP", "ep"), ("CP", "seq")):
+        assert suggested_axis(name, wb.Mesh({"data": 2, axis: 2, "model": 2})) == axis
+        assert suggested_axis(name, wb.Mesh({"model": 2, "batch": 4})) == "batch"
     with pytest.raises(WorkbenchError, match="named strategies are"):
         suggested_axis("ZZ", mesh)
 

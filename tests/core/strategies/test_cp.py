@@ -106,10 +106,6 @@ def test_cp_explains_saves_loads_and_exports(program, tmp_path):
     assert "CP('seq')" in str(s.why("batch/tokens"))
     assert round_trip(s, program, tmp_path)["schedule"][1]["axis"] == "seq"
     assert "CP" in wb.__all__ and "CP" in wb.core.strategies.STRATEGIES  # a button and Auto's move
-    # its suggested axis: one named as context axes are, else the data axis (both split tokens)
-    suggested = wb.core.strategies.suggested_axis
-    assert suggested("CP", wb.Mesh({"data": 2, "seq": 2, "model": 2})) == "seq"
-    assert suggested("CP", wb.Mesh({"model": 2, "batch": 4})) == "batch"
 
 
 def test_ring_and_unknown_kinds_are_refused_saying_what_works():

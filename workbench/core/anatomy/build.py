@@ -382,13 +382,13 @@ def build_anatomy(program) -> Anatomy:
 
 def _one_example(program, classes: DimClasses, data_inputs, c: int) -> bool:
     """Whether every data input carrying class ``c`` has a dim of size 1 before it."""
-    values = program.values
-    holders = [
-        (values[i].shape, classes.dims_of(i, len(values[i].shape)).index(c))
-        for i in data_inputs
-        if c in classes.dims_of(i, len(values[i].shape))
-    ]
-    return bool(holders) and all(1 in shape[:d] for shape, d in holders)
+    leads = []  # the dims before c, in each data input that has it
+    for i in data_inputs:
+        shape = program.values[i].shape
+        dims = classes.dims_of(i, len(shape))
+        if c in dims:
+            leads.append(shape[: dims.index(c)])
+    return bool(leads) and all(1 in lead for lead in leads)
 
 
 def _batch(program, classes: DimClasses, params: set[int], data_inputs, findings):

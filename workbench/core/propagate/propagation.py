@@ -270,16 +270,16 @@ class Propagator:
                 )
                 return []
             by_factor[f] = prefix
-        if len(by_factor) > 1:  # a contraction reaches every result: it makes them pending
+        if len(by_factor) > 1 and self.scatters(ix, claims):
+            # the contraction reaches the operands alone: the result keeps its own tiling
+            by_factor = {f: p for f, p in by_factor.items() if f in ix.mapping.contracting}
+        elif len(by_factor) > 1:  # a contraction reaches every result: it makes them pending
             results = set(range(ix.n_in, len(ix.tensors)))
             carriers = {
                 f: {t for t, _ in ix.where.get(f, ())}
                 | (results if f in ix.mapping.contracting else set())
                 for f in by_factor
             }
-            if self.scatters(ix, claims):  # the contraction reaches the operands alone
-                by_factor = {f: by_factor[f] for f in by_factor if f in ix.mapping.contracting}
-                carriers = {}
             factors = list(carriers)
             for i, f in enumerate(factors):
                 for g in factors[i + 1 :]:
@@ -301,8 +301,9 @@ class Propagator:
     def scatters(ix: OpIndex, claims) -> bool:
         """Whether the claims read as a reduce-scatter: operands tiled on one contracted factor
         alone, a result tiled on one free factor: each device sums its share of the
-        contraction and the sums are scattered onto the result's tiling (a weight or key
-        gradient whose consumer was tiled first). Nothing to spread, and no conflict."""
+        contraction and the sums are scattered onto the result's tiling (a key gradient whose
+        consumer was tiled first). No conflict: the contracted factor spreads to the operands
+        alone."""
         m = ix.mapping
         if m.reduction != "sum":
             return False

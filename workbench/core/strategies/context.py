@@ -110,23 +110,23 @@ def recomputed(program, attention) -> list[tuple[int, int]]:
         shapes = tuple(program.values[v].shape if isinstance(v, int) else () for v in op.operands)
         return op.source, op.primitive, repr(dict(op.params)), shapes
 
-    wanted = {}
+    wanted = {}  # an attention's scores' signature -> its context's line
     for a in attention:
         scores, context = program.ops[a.scores], program.ops[a.context]
         if scores.source:  # a line to match on: no guessing by shapes alone
-            wanted[signature(scores)] = (context.source, "")
+            wanted[signature(scores)] = context.source
     if not wanted:
         return []
     own = {a.scores for a in attention} | {a.context for a in attention}
     later = [op for op in program.ops if traits_of(op.primitive).contraction and op.id not in own]
-    twins = {}
+    alike, on_line = {}, {}
     for op in later:
-        twins.setdefault(signature(op), []).append(op)
-        twins.setdefault((op.source, ""), []).append(op)
+        alike.setdefault(signature(op), []).append(op)
+        on_line.setdefault(op.source, []).append(op)
     pairs = []
-    for sig, context_sig in wanted.items():
-        contexts = twins.get(context_sig, [])
-        for op in twins.get(sig, []) if contexts else []:
+    for sig, line in wanted.items():
+        contexts = on_line.get(line, [])
+        for op in alike.get(sig, []) if contexts else []:
             reach = downstream(program, op.results[0], phase=None)
             c = next((c for c in contexts if any(x in reach for x in c.operands)), None)
             if c is not None:
@@ -134,12 +134,16 @@ def recomputed(program, attention) -> list[tuple[int, int]]:
     return pairs
 
 
-def query_rows(program, scores: int, context: int) -> tuple[int, int] | None:
-    """(probabilities, their queries' dim): the context dot's operand the scores reach, and
-    its one free dim longer than 1 (None where there is not exactly one)."""
+def _reached(program, scores: int, context: int) -> tuple[set[int], list[int]]:
+    """What the scores' result reaches (in their pass), and which operands of the context
+    dot are among it (the probabilities)."""
     op, context = program.ops[scores], program.ops[context]
     reach = downstream(program, op.results[0], phase=op.phase)
-    probs = [i for i, x in enumerate(context.operands) if x in reach]
+    return reach, [i for i, x in enumerate(context.operands) if x in reach]
+
+
+def _rows(program, context, probs: list[int]) -> tuple[int, int] | None:
+    """`query_rows` once the probabilities' operand indexes are known."""
     if len(probs) != 1:
         return None
     (i,) = probs
@@ -151,21 +155,30 @@ def query_rows(program, scores: int, context: int) -> tuple[int, int] | None:
     return (v, free[0]) if len(free) == 1 else None
 
 
+def query_rows(program, scores: int, context: int) -> tuple[int, int] | None:
+    """(probabilities, their queries' dim): the context dot's operand the scores reach, and
+    its one free dim longer than 1 (None where there is not exactly one)."""
+    return _rows(program, program.ops[context], _reached(program, scores, context)[1])
+
+
 def key_positions(program, scores: int, context: int) -> list[int]:
     """Arrays that index the keys alone in a mask or bias added to the scores (a causal
     mask compares query positions with key positions, both of the split sequence): walked
     back from what meets the scores, through broadcasts and elementwise ops, to values
     whose query dim is 1 and whose key dim is not. Kept whole with the keys (they are
     small), the mask is split on its queries only; split, it would be split on both."""
-    rows = query_rows(program, scores, context)
+    op, ctx = program.ops[scores], program.ops[context]
+    reach, probs = _reached(program, scores, context)
+    rows = _rows(program, ctx, probs)
     if rows is None:
         return []
-    probs, t_dim = rows
-    op, ctx = program.ops[scores], program.ops[context]
-    i = ctx.operands.index(probs)
-    (s_dim,) = ctx.params["dimension_numbers"][0][i] or (None,)
-    shape = program.values[probs].shape
-    reach = downstream(program, op.results[0], phase=op.phase)
+    (i,) = probs
+    t_dim = rows[1]
+    contracted = ctx.params["dimension_numbers"][0][i]
+    if len(contracted) != 1:  # the keys' dim: one, or no mask to follow
+        return []
+    (s_dim,) = contracted
+    shape = program.values[rows[0]].shape
     sides = [
         x
         for v in reach
@@ -178,7 +191,7 @@ def key_positions(program, scores: int, context: int) -> list[int]:
     out, todo, seen = [], [(x, t_dim, s_dim, 0) for x in sides], set()
     while todo:
         v, t, s, depth = todo.pop()
-        if (v, t, s) in seen or s is None or depth > 16:
+        if (v, t, s) in seen or depth > 16:
             continue
         seen.add((v, t, s))
         vshape = program.values[v].shape
@@ -205,9 +218,8 @@ def keys_values(program, scores: int, context: int) -> tuple[int, int]:
     """The keys and the values an attention's dots (op ids) read: the scores operand whose
     length the context dot contracts (the right one unless the probabilities say
     otherwise), and the context operand the scores do not reach."""
+    reach, probs = _reached(program, scores, context)
     scores, context = program.ops[scores], program.ops[context]
-    reach = downstream(program, scores.results[0], phase=scores.phase)
-    probs = [i for i, x in enumerate(context.operands) if x in reach]
     values = next(x for x in context.operands if x not in reach)
     keys = scores.operands[1]
     if len(probs) == 1:
