@@ -225,11 +225,12 @@ def test_references_are_kept_only_when_complete(monkeypatch):
 # -- calibrate -----------------------------------------------------------------------------
 @pytest.fixture
 def fake_measurements(monkeypatch):
-    """calibrate's microbenchmarks replaced by fixed figures, each a little slow."""
+    """calibrate's microbenchmarks replaced by fixed figures, each a little slow: five of
+    the drawing thread's intervals, so a loaded host still draws every one."""
 
     def fixed(value):
         def measure(*args, **kwargs):
-            time.sleep(0.01)
+            time.sleep(0.05)
             return value
 
         return measure
