@@ -255,16 +255,27 @@ class Session:
         and peak memory by category. Cached per state, spec and overlap, as plans are."""
         from workbench.core import hardware as presets
         from workbench.core.estimate import check_overlap, estimate
+        from workbench.core.estimate.step import placed_twin, repriced
 
         state = self.state if step is None else self._states[self._step(step)]
         hardware = presets.resolve(hardware)  # None: the CPU preset; a preset's name; a spec
         check_overlap(overlap)
         cache = self.__dict__.setdefault("_estimates", {}).setdefault(state, {})
         if (hardware, overlap) not in cache:
-            cache[hardware, overlap] = estimate(
-                self.program, self.mesh, state, self.plan(step), hardware, overlap=overlap
+            args = (self.program, self.mesh, state, self.plan(step), hardware)
+            twin = placed_twin(cache, hardware, overlap)  # the same but for its placement
+            cache[hardware, overlap] = (
+                estimate(*args, overlap=overlap) if twin is None else repriced(twin, *args)
             )
         return cache[hardware, overlap]
+
+    def placements(self, hardware=None, *, overlap="none", limit: int | None = None):
+        """Where the mesh's axes may lie on ``hardware``'s levels (which devices form each
+        axis's groups), ranked by the simulated step of the current plan, fastest first: a
+        list of `Ranked` (placement, estimate), at most ``limit`` priced."""
+        from workbench.core.estimate.placements import rank
+
+        return rank(self.mesh, hardware, lambda hw: self.estimate(hw, overlap=overlap), limit)
 
     def lower(self, kind: str = "explicit", devices=None, donate=(), probes=()):
         """``(jitted fn of the flat inputs, jax Mesh)`` for ``kind`` "explicit", "constrained" or

@@ -1,5 +1,6 @@
 """CP, context parallelism (all-gather kind): every activation split on its sequence dim,
-keys and values exchanged only inside attention, weight gradients reduced over the axis;
+keys and values made on each device's part of the sequence and gathered only by the
+attention ops that read them, weight gradients reduced over the axis;
 applied like any tactic (undo, why, save, load, export), composed with BP and MP, and run
 like the unpartitioned (causal) step."""
 
@@ -48,14 +49,15 @@ def kinds(cs) -> Counter:
     return Counter(c.kind for c in cs for _ in range(c.count))
 
 
-def test_cp_splits_the_sequence_and_keeps_keys_and_values_whole(program):
+def test_cp_splits_the_sequence_keys_and_values_included(program):
     s = session(program, "cp")
     assert not s.conflicts
     tokens = s.sharding("batch/tokens")
     assert tokens.dim_of("seq") == 1 and not tokens.uses("data")
     for a in program.anatomy().layers.attention:
         k, v = keys_values(program, a.scores, a.context)
-        assert not s.state.shardings[k].uses("seq") and not s.state.shardings[v].uses("seq")
+        # projected on each device's part of the sequence; the attention ops gather them
+        assert s.state.shardings[k].uses("seq") and s.state.shardings[v].uses("seq")
         queries = [x for x in program.ops[a.scores].operands if x != k]
         assert [s.state.shardings[q].uses("seq") for q in queries] == [True]
         scores = program.ops[a.scores].results[0]
@@ -72,23 +74,19 @@ def test_cp_exchanges_keys_and_values_inside_attention_alone(program, case):
     n = len(attention)
     assert n == 2
     forward, backward = over(s, "forward"), over(s, "backward")
-    # the forward pass gathers, per attention, its keys and values (with MP: themselves; else
-    # propagation gathers the one block input both projections read, and computes the key
-    # and value projections on the whole sequence); nothing else over the axis
-    assert kinds(forward) == {"all-gather": 2 * n if "MP" in CASES[case][1] else n}
+    # the forward pass gathers, per attention, its keys and values (each device projects
+    # its own part of the sequence); nothing else over the axis
+    assert kinds(forward) == {"all-gather": 2 * n}
     exchanged = {x for a in attention for x in keys_values(program, a.scores, a.context)}
-    read_by = {
-        o
-        for x in exchanged
-        for o in program.ops[program.values[x].producer].operands
-        if isinstance(o, int)
-    }
-    assert {c.value for c in forward} <= exchanged | read_by
+    assert {c.value for c in forward} == exchanged
     assert all(c.axes == ("seq",) for c in forward)
-    # the backward pass reduce-scatters the keys' and values' gradients (sums over the split
-    # queries) back onto the split sequence: a reduce-scatter, not an all-reduce, since what
-    # reads them (the projections' backward) is split on the sequence again
-    assert kinds(backward) == {"reduce-scatter": 2 * n}
+    # the backward pass gathers them again where the gradients read them (the gathered
+    # copies are not kept: a whole sequence's keys and values per layer) and
+    # reduce-scatters the keys' and values' gradients (sums over the split queries) back
+    # onto the split sequence: a reduce-scatter, since the projections' backward reads
+    # them split on the sequence again
+    assert kinds(backward) == {"all-gather": 2 * n, "reduce-scatter": 2 * n}
+    assert {c.value for c in backward if c.kind == "all-gather"} == exchanged
     # every weight gradient is a sum over the split sequence, reduced over the axis
     gradients = program.anatomy().gradients
     assert kinds(over(s, "optimizer")) == {"all-reduce": len(gradients)}
@@ -162,14 +160,15 @@ def test_the_key_positions_of_a_mask_are_found_small_and_whole():
 
 
 @pytest.mark.slow  # about 15 s: a run of four rematerialised layers
-def test_cp_keeps_the_recomputed_keys_and_values_whole_under_remat():
+def test_cp_gathers_the_recomputed_keys_and_values_under_remat():
     ex = build("lm", lm.Config.preset("tiny", n_layers=4, remat=True))
     program = wb.capture(ex.fn, *ex.args)
     s = wb.Session(program, wb.Mesh({"seq": 4, "model": 2}), [wb.CP("seq")])
     assert not s.conflicts
-    # per layer: the input gathered for the attention and again for its recomputation; the
-    # keys' and the values' gradients reduce-scattered back
-    assert kinds(over(s, "backward"))["reduce-scatter"] == 2 * 4
+    # per layer: the keys and values gathered for the attention, and again for its
+    # recomputation (which the gradients then read); their gradients reduce-scattered back
+    assert kinds(over(s, "forward")) == {"all-gather": 2 * 4}
+    assert kinds(over(s, "backward")) == {"all-gather": 2 * 4, "reduce-scatter": 2 * 4}
     assert s.run(repeats=1).matches
 
 

@@ -16,6 +16,7 @@ from workbench.models import build, lm
 CASES = {
     "ep": ({"data": 2, "expert": 4}, (("EP", "expert"),)),
     "bp+ep": ({"expert": 4, "data": 2}, (("BP", "expert"), ("EP", "expert"))),
+    "ep+bp": ({"expert": 4, "data": 2}, (("EP", "expert"), ("BP", "expert"))),
     "bp+ep other axis": ({"data": 2, "expert": 4}, (("BP", "data"), ("EP", "expert"))),
     "ep+mp": ({"data": 2, "expert": 4}, (("EP", "expert"), ("MP", "data"))),
 }
@@ -72,6 +73,30 @@ def test_bp_then_ep_on_one_axis_moves_tokens_by_all_to_all(program):
     assert forward["all-to-all"] == 4 * n and backward["all-to-all"] == 4 * n
     assert len(s.conflicts) == 4 * n
     assert all("experts" in str(c) for c in s.conflicts)
+
+
+def test_ep_then_bp_on_one_axis_is_gshard_two_all_to_alls_each_way(program):
+    s = session(program, "ep+bp")
+    layers = program.anatomy().experts
+    n = len(layers)
+    assert not s.conflicts
+    forward, backward = kinds(s, "forward"), kinds(s, "backward")
+    assert forward["all-to-all"] == 2 * n and backward["all-to-all"] == 2 * n
+    # forward: the dispatch's result re-split from token groups onto experts, and the
+    # combine's expert outputs back onto token groups; nowhere else
+    ops = program.ops
+    at = {c.op for c in s.collectives() if c.kind == "all-to-all" and ops[c.op].phase == "forward"}
+    dispatched = {ops[layer.dispatch[0]].results[0] for layer in layers}
+    moved = {c.value for c in s.collectives() if c.kind == "all-to-all"}
+    assert dispatched <= moved
+    assert at <= {o for layer in layers for o in (*layer.combine, *layer.dispatch)} | {
+        u for v in dispatched for u in program.users[v]
+    }
+    # the router and its masks keep the tokens' split; the experts stay split by expert
+    for layer in layers:
+        assert s.state.shardings[ops[layer.dispatch[0]].operands[0]].uses("expert")
+        for v, d in layer.experts:
+            assert s.state.shardings[v].dim_of("expert") == d
 
 
 def test_ep_with_bp_on_another_axis_has_no_all_to_all(program):

@@ -3,6 +3,7 @@ hardware spec and applies an overlap policy; `Estimate` is what it returns."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -146,6 +147,44 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
         collectives=tuple(collectives),
         fresh_memory_s=fresh_s,
     )
+
+
+def repriced(estimate_: Estimate, program, mesh: Mesh, state, plan, hardware: Hardware) -> Estimate:
+    """``estimate_`` with its collectives priced on ``hardware`` instead: for hardware that
+    differs only in where the mesh's axes lie (``Hardware.placement``), which moves no
+    compute and no memory. A pipelined step is priced whole again (its timeline interleaves
+    the two)."""
+    if estimate_.pipeline is not None:
+        return estimate(program, mesh, state, plan, hardware, overlap=estimate_.overlap)
+    collectives = Communication(program, mesh, state, plan, hardware).collective_estimates()
+    by_kind = dict.fromkeys(KINDS, 0.0)
+    for c in collectives:
+        by_kind[c.collective.kind] += c.total_s
+    communication_s = sum(by_kind.values())
+    hidden = (
+        sum(c.total_s for c in collectives if c.hidden) if estimate_.overlap == "prefetch" else 0.0
+    )
+    return dataclasses.replace(
+        estimate_,
+        communication_s=communication_s,
+        step_s=overlapped(estimate_.compute_s, communication_s, estimate_.overlap, hidden),
+        by_kind=by_kind,
+        collectives=tuple(collectives),
+    )
+
+
+def placed_twin(cache: Mapping, hardware: Hardware, overlap) -> Estimate | None:
+    """An estimate in ``cache`` (``(hardware, overlap) -> Estimate``) of the same overlap on
+    hardware that differs from ``hardware`` only in its placement, or None."""
+    bare = dataclasses.replace(hardware, placement=None)
+    for (hw, o), e in cache.items():
+        if (
+            o == overlap
+            and hw.name == hardware.name
+            and dataclasses.replace(hw, placement=None) == bare
+        ):
+            return e
+    return None
 
 
 def _pipelined(program, mesh, state, plan, hardware, pipeline, overlap) -> Estimate:

@@ -13,6 +13,7 @@ from workbench.core.hardware.collectives import (
 )
 from workbench.core.hardware.levels import KINDS, TOPOLOGIES, HardwareError, Link
 from workbench.core.hardware.names import find_preset, preset_names, preset_table, resolve
+from workbench.core.hardware.placement import Placement, placements
 from workbench.core.hardware.presets import (
     A100,
     CPU,
@@ -50,6 +51,7 @@ __all__ = [
     "Hardware",
     "HardwareError",
     "Link",
+    "Placement",
     "all_gather_time",
     "all_reduce_time",
     "all_to_all_time",
@@ -57,6 +59,7 @@ __all__ = [
     "dtype_name",
     "find_preset",
     "permute_time",
+    "placements",
     "preset_names",
     "preset_table",
     "reduce_scatter_time",

@@ -108,24 +108,23 @@ def collective_time(
         return 0.0
     if len(set(axes)) != len(axes):
         raise HardwareError(f"a collective runs over each mesh axis once; got axes {axes}.")
-    # each link's figures for this kind of collective (its own, unless measured per kind)
-    links = [_for_kind(hardware.link(mesh, a), kind) for a in axes]
+    # each level's figures for this kind of collective (its own, unless measured per kind)
+    levels = [(_for_kind(x, kind), n) for x, n in hardware.spread(mesh, axes)]
+    if not levels:  # every axis of size 1
+        return 0.0
     if kind == "collective-permute":
-        slowest = min(links, key=lambda x: x.bandwidth)
-        return permute_time(nbytes, slowest.bandwidth, max(x.latency for x in links))
-    levels: dict[str, list] = {}  # link name -> [link, group size]
-    for a, x in zip(axes, links):
-        levels.setdefault(x.name, [x, 1])[1] *= mesh.axis_size(a)
+        slowest = min((x for x, _ in levels), key=lambda x: x.bandwidth)
+        return permute_time(nbytes, slowest.bandwidth, max(x.latency for x, _ in levels))
     if not hierarchical and len(levels) > 1:
         flat = Link(
             "flat",
-            min(x.bandwidth for x in links),
-            max(x.latency for x in links),
-            "torus" if any(x.topology == "torus" for x in links) else "switch",
+            min(x.bandwidth for x, _ in levels),
+            max(x.latency for x, _ in levels),
+            "torus" if any(x.topology == "torus" for x, _ in levels) else "switch",
         )
-        levels = {"flat": [flat, math.prod(mesh.axis_size(a) for a in axes)]}
+        levels = [(flat, math.prod(n for _, n in levels))]
     total, done = 0.0, 1  # `done`: product of the sizes of the faster levels
-    for x, n in sorted(levels.values(), key=lambda lv: -lv[0].bandwidth):
+    for x, n in sorted(levels, key=lambda lv: -lv[0].bandwidth):
         if kind == "all-to-all":
             total += all_to_all_time(nbytes, n, x.bandwidth, x.latency, x.topology)
             continue

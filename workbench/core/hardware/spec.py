@@ -7,8 +7,9 @@ a `Link` with its group size, alpha-beta figures and topology (``links[0]`` join
 devices of a node: TPU ICI in a slice, GPU NVLink; the last joins everything: DCN,
 InfiniBand). Every figure names its source in ``sources``.
 
-A mesh axis runs its collectives on the innermost level whose group holds all of its
-devices (`Hardware.level_of`), unless ``with_axis_links`` names its link. The collective
+A mesh axis runs its collectives on the levels its placement spreads it over
+(``placement.py``; the mesh order's unless ``with_placement`` gives one), unless
+``with_axis_links`` names its link. The collective
 formulas are in ``collectives.py``, the presets in ``presets/``; design notes in README.md.
 """
 
@@ -31,6 +32,7 @@ from workbench.core.hardware.levels import (
     positive,
     positive_int,
 )
+from workbench.core.hardware.placement import Placement, level_sizes, row_major, spread
 from workbench.core.layout.mesh import Mesh
 
 #: XLA's default threshold of its all-reduce combiner (GPU, and the pass's own default).
@@ -67,6 +69,8 @@ class Hardware:
     # transposed copies, measured) rather than into all of its readers or none (XLA's GPU
     # priority fusion: a value a matmul also reads is written once; TPU alike)
     fuses_per_reader: bool = False
+    # where the mesh's axes lie on the levels (None: in mesh order, the last axis innermost)
+    placement: Placement | None = None
 
     def __post_init__(self):
         _check_kinds(self)
@@ -170,6 +174,7 @@ class Hardware:
                 self.all_reduce_combine_bytes,
                 self.fresh_buffer_bytes,
                 self.first_touch_bandwidth,
+                self.placement,
             )
         )
 
@@ -279,6 +284,41 @@ class Hardware:
             dataclasses.replace(x, group_size=sizes.get(x.name, x.group_size)) for x in self.links
         )
         return dataclasses.replace(self, links=links, devices_per_node=links[0].group_size)
+
+    def with_placement(self, placement: Placement | None) -> Hardware:
+        """A copy whose collectives run where ``placement`` puts the mesh's axes (one of
+        ``Session.placements(hardware)``; None: the mesh order)."""
+        if placement is not None and not isinstance(placement, Placement):
+            raise HardwareError(
+                f"{self.name!r}.with_placement({given(placement)}): give a Placement (one of "
+                "Session.placements(hardware)) or None for the mesh order."
+            )
+        if placement is not None and placement.levels != tuple(x.name for x in self.links):
+            raise HardwareError(
+                f"placement {placement} is on levels {placement.levels}, but {self.name!r} "
+                f"has {tuple(x.name for x in self.links)}."
+            )
+        return dataclasses.replace(self, placement=placement)
+
+    def spread(self, mesh: Mesh, axes) -> list[tuple[Link, int]]:
+        """``(level, group size)`` a collective over mesh ``axes`` forms on each level it
+        crosses, innermost first: by the placement (the given one, or the mesh order's);
+        an axis ``with_axis_links`` names, or one no placement splits evenly, whole on
+        its link (`link`)."""
+        explicit = dict(self.axis_links)
+        placement = self.placement or row_major(mesh, self.links)
+        if self.placement is not None:
+            placement.check(mesh, level_sizes(mesh, self.links))
+        groups: dict[int, int] = {}
+        for axis in axes:
+            _check_axis(mesh, axis)
+            if axis in explicit or placement is None:
+                j = [x.name for x in self.links].index(self.link(mesh, axis).name)
+                groups[j] = groups.get(j, 1) * mesh.axis_size(axis)
+                continue
+            for j, n in spread(placement, (axis,)).items():
+                groups[j] = groups.get(j, 1) * n
+        return [(self.links[j], n) for j, n in sorted(groups.items())]
 
     @property
     def group_devices(self) -> tuple[int | None, ...]:

@@ -95,6 +95,9 @@ class State:
         default_factory=lambda: MappingProxyType({}), repr=False
     )  # per composite tactic of the schedule, the primitive tactics it ran, in order
     pipeline: Any = None  # the tactic that pipelines the step (``PP``), alone or in a composite
+    #: (op, axis, factor): the op never spreads that factor on that axis, and claims of it
+    #: beside another factor are a re-split the plan makes, not a conflict (``Fence``)
+    fences: frozenset[tuple[int, str, int]] = frozenset()
 
     @property
     def order(self) -> tuple[Provenance, ...]:

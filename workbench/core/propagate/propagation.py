@@ -120,6 +120,9 @@ class Propagator:
         self.parts: dict[int, tuple] = dict(state.parts)
         self.notes: list = list(state.notes)  # what the tactics could not do (``Note``)
         self.pipeline = state.pipeline  # the tactic pipelining the step (``State.pipeline``)
+        self.fences: dict[tuple[int, str], set[int]] = {}  # (op, axis) -> factors it holds
+        for o, axis, f in state.fences:
+            self.fences.setdefault((o, axis), set()).add(f)
         self.part: int | None = None  # the composite's part being seeded
         self.nbytes = [v.nbytes for v in program.values]
         self.outputs = {v for v in program.outputs if isinstance(v, int)}
@@ -165,6 +168,10 @@ class Propagator:
         self.events.append(Pin(vid, axis, atomic, self.tactic, self.step_count, self.part))
         self.changed.add(vid)
         self.fresh.add(vid)
+
+    def fence(self, o: int, axis: str, factor: int) -> None:
+        """Op ``o`` never spreads ``factor`` on ``axis`` from here on (``State.fences``)."""
+        self.fences.setdefault((o, axis), set()).add(factor)
 
     # -- the worklist ----------------------------------------------------------------------
     def run(self, axis: str, seeds) -> int:
@@ -251,6 +258,11 @@ class Propagator:
                 kind = s.reduction_of(axis)
                 if kind is not None:
                     partial_in.append((t, kind))
+        held = self.fences.get((o, axis))
+        if held and claims:  # a fenced factor stays where it is: the plan re-splits it
+            claims = [c for c in claims if c[1] not in held]
+            if not claims:
+                return []
         written = []
         if claims:
             written = self.spread(o, ix, axis, claims)
@@ -467,4 +479,5 @@ class Propagator:
             events=tuple(self.events),
             parts=MappingProxyType(self.parts),
             pipeline=self.pipeline,
+            fences=frozenset((o, a, f) for (o, a), fs in self.fences.items() for f in fs),
         )

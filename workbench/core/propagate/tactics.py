@@ -316,6 +316,28 @@ PRIMITIVE_TACTICS = (Tile, Replicate, Atomic)
 
 
 @dataclass(frozen=True, slots=True)
+class Fence(Tactic):
+    """Ops that never spread one of their factors on ``axis`` (``State.fences``): a part a
+    composite builds from the program's structure (EP keeps the experts dim off the routing
+    side), never written by hand, as it names op ids and factors."""
+
+    axis: str
+    held: tuple[tuple[int, int], ...]  # (op id, factor)
+    what: str = ""  # what the ops are, for explanations
+
+    def __str__(self) -> str:
+        return f"Fence({self.what or f'{len(self.held)} ops'}, axis={self.axis!r})"
+
+    def seed(self, prop: Propagator, mesh: Mesh) -> None:
+        _check_axis(self, mesh)
+        for o, f in self.held:
+            prop.fence(o, self.axis, f)
+
+
+SEEDED = (*PRIMITIVE_TACTICS, Fence)
+
+
+@dataclass(frozen=True, slots=True)
 class Target:
     """A value a composite tactic targets on its axis; ``reason`` why none of its parts
     tiles it ("" when one does), ``size`` the dim's size the axis does not divide and
@@ -367,7 +389,7 @@ def apply_tactic(
             )
 
     def run(t: Tactic, now: State | None = None) -> None:
-        if isinstance(t, PRIMITIVE_TACTICS):
+        if isinstance(t, SEEDED):
             free(t)
             if t is not tactic:
                 prop.begin_part(t)
@@ -381,7 +403,7 @@ def apply_tactic(
             for sub in subs:
                 run(sub)
 
-    if isinstance(tactic, PRIMITIVE_TACTICS):
+    if isinstance(tactic, SEEDED):
         run(tactic)
         return _pipelined(program, mesh, prop.state())
     try:

@@ -1,5 +1,5 @@
-"""Context parallelism: ``CP`` splits every activation on its sequence dim, and inside each
-attention exchanges the keys and values alone (Liu et al. 2023, "Ring Attention"; the
+"""Context parallelism: ``CP`` splits every activation on its sequence dim, and gathers the
+keys and values only where attention reads them (Liu et al. 2023, "Ring Attention"; the
 all-gather variant of Llama 3's and Megatron's context parallelism)."""
 
 from __future__ import annotations
@@ -9,7 +9,14 @@ from dataclasses import dataclass
 from workbench.core.anatomy.layers import downstream
 from workbench.core.errors import TacticError, given
 from workbench.core.ops import traits as traits_of
-from workbench.core.propagate.tactics import Atomic, Tactic, TacticInputError, _check_axis
+from workbench.core.propagate.propagation import op_index
+from workbench.core.propagate.tactics import (
+    Atomic,
+    Fence,
+    Tactic,
+    TacticInputError,
+    _check_axis,
+)
 from workbench.core.strategies.base import by_dim, check_fields, names_of, strict_text
 from workbench.core.strategies.named import register
 from workbench.core.strategies.roles import roles
@@ -23,16 +30,17 @@ class CP(Tactic):
     """Context parallelism over ``axis``: the data inputs tiled on their sequence dim (the
     class attention carries twice, or ``dim``), so every activation is split on it.
 
-    In each attention (and its recomputation under remat) the queries stay split while
-    the keys and values its dots read are kept whole on the axis: all-gathered in the
-    forward pass, their gradients (sums over the split queries) reduce-scattered back.
-    The probabilities are split on their queries first, and the key positions of a mask
-    added to the scores (``key_positions``) stay whole with the keys, so a causal or
-    padding mask is split on its queries only. The weight gradients, sums over the split
-    sequence, are reduced over the axis as data parallelism's are. Where the key and value
-    projections read one input, propagation gathers that input instead, and each device
-    projects the whole sequence's keys and values. ``kind="all-gather"`` is the only kind
-    built; ``"ring"`` (keys and values passed around a ring) is not yet.
+    Each device projects the keys and values of its own part of the sequence; the ops that
+    read them (each attention's dots, of every pass, its recomputation under remat
+    included) hold their sequence factor on the axis (a ``Fence``), so the plan gathers
+    them there and nowhere else: forward, an all-gather of the keys and of the values per
+    attention; backward, the same again where the gradients read them (the gathered copies
+    are not kept) and a reduce-scatter of each of their gradients, sums over the split
+    queries. The probabilities are split on their queries first, and the key positions
+    of a mask added to the scores (``key_positions``) stay whole, so a causal or padding
+    mask is split on its queries only. The weight gradients, sums over the split sequence,
+    are reduced over the axis as data parallelism's are. ``kind="all-gather"`` is the only
+    kind built; ``"ring"`` (keys and values passed around a ring) is not yet.
     """
 
     axis: str
@@ -87,17 +95,41 @@ class CP(Tactic):
                 "with BP(axis)."
             )
         pairs = [(a.scores, a.context) for a in attention] + recomputed(program, attention)
-        exchanged = [v for pair in pairs for v in keys_values(program, *pair)]
-        exchanged += [v for pair in pairs for v in key_positions(program, *pair)]
+        exchanged = {v for pair in pairs for v in keys_values(program, *pair)}
+        fence = Fence(
+            self.axis,
+            gathered_at(program, view, exchanged),
+            "the keys' and values' sequence where attention reads them",
+        )
+        positions = [v for pair in pairs for v in key_positions(program, *pair)]
         kept = [
-            v for v in dict.fromkeys(exchanged) if self.axis not in state.shardings[v].replicated
+            v for v in dict.fromkeys(positions) if self.axis not in state.shardings[v].replicated
         ]
         keep = [Atomic(names_of(program, kept), self.axis)] if kept else []
         # the probabilities split on their queries first: a keys' gradient tiled on its
         # sequence (from a weight gradient) must not reach them through the values' gradient
         rows = [r for pair in pairs if (r := query_rows(program, *pair)) is not None]
         first = by_dim(program, mesh, state, self.axis, rows, "queries") if rows else []
-        return keep + first + by_dim(program, mesh, state, self.axis, picks, "sequence")
+        fenced = [fence] if fence.held else []
+        return fenced + keep + first + by_dim(program, mesh, state, self.axis, picks, "sequence")
+
+
+def gathered_at(program, view, exchanged) -> tuple[tuple[int, int], ...]:
+    """(op, factor): each op reading the keys or values (of every phase) with the factor on
+    their sequence dim, which it never spreads: the keys and values stay split where they
+    are made, and each such op gathers them."""
+    index = op_index(program)
+    seq = view.sequence_class
+    held = []
+    for v in sorted(exchanged):
+        dims = view.classes.dims_of(v, len(program.values[v].shape))
+        if seq not in dims:
+            continue
+        d = dims.index(seq)
+        for o in dict.fromkeys(program.users[v]):
+            ix = index[o]
+            held += [(o, f) for t, x in enumerate(ix.tensors) if x == v for f in ix.dims[t][d]]
+    return tuple(dict.fromkeys(held))
 
 
 def recomputed(program, attention) -> list[tuple[int, int]]:

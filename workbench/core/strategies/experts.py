@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench.core.errors import TacticError
-from workbench.core.propagate.tactics import Expansion, Tactic, Target, _check_axis
+from workbench.core.propagate.propagation import op_index
+from workbench.core.propagate.tactics import Expansion, Fence, Tactic, Target, _check_axis
 from workbench.core.strategies.base import by_dim, check_fields, strict_text
 from workbench.core.strategies.named import register
 from workbench.core.strategies.roles import roles
@@ -30,17 +31,22 @@ class EP(Tactic):
     """Expert parallelism over ``axis``: every MoE layer's expert parameters (each read from
     ``program.anatomy().experts``) tiled on their experts dim, so each device holds and runs
     ``E / n`` of the experts; propagation carries the split to the dispatched tokens, the
-    experts' activations and their outputs.
+    experts' activations and their outputs, and no further: the ops where the experts dim
+    meets the tokens (the router's, the dispatch and combine, of every pass) hold it on
+    the axis (a ``Fence``, see `routing`).
 
     With the tokens whole on the axis each device selects its experts' tokens locally (no
     communication) and the combine sums over the experts (an all-reduce, or a
-    reduce-scatter where the stream is split next). Composed with ``BP`` on another axis,
-    each expert sees the tokens of its data shard. With the tokens split on the same axis
-    (``BP`` first), the expert matmuls read tokens split by group and experts split by
-    expert: propagation leaves them as conflicts, which the lowering resolves with
-    all-to-alls around each expert matmul (more than the textbook dispatch and combine).
-    Apply EP before such a BP: after it, the experts' gradients are whole sums over the
-    tokens, so their optimizer state stays whole (each such value is a note of the step).
+    reduce-scatter where the stream is split next); backward, each device's part of the
+    combine weights' gradient is gathered for the router's. Composed with ``BP`` on another
+    axis, each expert sees the tokens of its data shard. With ``BP`` after it on the same
+    axis (GShard's layout) the router and its masks take the tokens' split, and the
+    dispatch and the combine re-split between tokens and experts: per MoE layer one
+    all-to-all at each, forward and backward. With ``BP`` first on the axis the experts'
+    activations are already split by token group, so the expert matmuls meet as
+    conflicts, which the lowering resolves with all-to-alls around each of them (twice
+    the textbook's); and the experts' gradients are whole sums over the tokens, so their
+    optimizer state stays whole (each such value is a note of the step). Apply EP first.
     """
 
     axis: str
@@ -78,6 +84,9 @@ class EP(Tactic):
                     f"{', '.join(map(str, works)) or '(none: a single expert)'}."
                 )
         picks = [pick for layer in layers for pick in layer.experts]
+        fence = Fence(
+            self.axis, routing(program, layers), "the experts dim where it meets the tokens"
+        )
         tiles = by_dim(program, mesh, state, self.axis, picks, "experts")
         # the experts' optimizer state and updates follow their parameters, unless an
         # earlier tactic on the axis decided their gradients as whole sums: then say so
@@ -93,4 +102,42 @@ class EP(Tactic):
             for u in [*view.companions(v), view.new_params.get(v)]
             if u is not None and program.values[u].shape == program.values[v].shape
         ]
-        return tiles + Expansion((), [Target(u, why) for u in dict.fromkeys(follow)])
+        parts = [fence] * bool(fence.held) + tiles
+        return Expansion(parts, tiles.targets + [Target(u, why) for u in dict.fromkeys(follow)])
+
+
+def routing(program, layers) -> tuple[tuple[int, int], ...]:
+    """(op, factor) pairs where the experts dim meets the tokens: the ops (of every phase)
+    with a tensor carrying a dim of the tokens (a class the dispatch ops contract or drop)
+    and a dim of the experts, each with its factors on the experts' dims. Fenced, the
+    experts split stays on the expert side: with tokens split on the same axis the router
+    and its masks keep the tokens' split, and the dispatch and combine re-split (the
+    all-to-alls of GShard) instead of meeting as conflicts."""
+    classes = program.anatomy().classes
+    values = program.values
+    index = op_index(program)
+
+    def dims(v):
+        return classes.dims_of(v, len(values[v].shape))
+
+    experts, tokens = set(), set()
+    for layer in layers:
+        experts |= layer.classes
+        for o in layer.dispatch:
+            op = program.ops[o]
+            ins = {c for v in op.operands if isinstance(v, int) for c in dims(v)}
+            outs = {c for v in op.results for c in dims(v)}
+            tokens |= ins - outs - layer.classes
+    if not tokens:
+        return ()
+    held = []
+    for op in program.ops:
+        ix = index[op.id]
+        carried = [(t, dims(v)) for t, v in enumerate(ix.tensors) if v >= 0]
+        if not any(tokens.intersection(cs) for _, cs in carried):
+            continue
+        factors = {
+            f for t, cs in carried for d, c in enumerate(cs) if c in experts for f in ix.dims[t][d]
+        }
+        held += [(op.id, f) for f in sorted(factors)]
+    return tuple(held)

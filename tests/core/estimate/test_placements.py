@@ -1,0 +1,42 @@
+"""Session.placements on a model the project did not write: every placement of the mesh on
+the hardware's levels, priced by the simulator and ranked; the mesh order's among them."""
+
+import pytest
+
+import workbench as wb
+from tests.models import programs as external
+from workbench.core.errors import InputError
+from workbench.core.hardware import H100
+from workbench.core.hardware.placement import row_major
+
+
+@pytest.fixture(scope="module")
+def session():
+    program = external.program("eqx_lm")
+    return wb.Session(program, wb.Mesh({"data": 8, "model": 4}), [wb.BP("data"), wb.MP("model")])
+
+
+def test_placements_are_ranked_by_the_simulated_step(session):
+    ranked = session.placements("h100")
+    assert ranked.total == len(ranked) == 3
+    steps = [r.estimate.step_s for r in ranked]
+    assert steps == sorted(steps)
+    mesh_order = row_major(session.mesh, H100.links)
+    assert mesh_order in [r.placement for r in ranked]
+    # the estimate without a placement is the mesh order's
+    by_placement = {r.placement: r.estimate.step_s for r in ranked}
+    assert session.estimate("h100").step_s == pytest.approx(by_placement[mesh_order])
+    # the model axis's all-reduces cost most where the model axis leaves the node
+    worst = ranked[-1]
+    assert worst.placement.of("model")[1] > 1
+    costs = worst.by_axes()
+    assert costs[("all-reduce", ("model",))] > ranked[0].by_axes()[("all-reduce", ("model",))]
+    assert "nvlink" in str(ranked) and "step" in str(ranked[0])
+
+
+def test_placements_cap_and_refuse_bad_limits(session):
+    capped = session.placements("h100", limit=2)
+    assert len(capped) == 2 and capped.total == 3 and "limit=2" in str(capped)
+    for bad in (0, -1, 1.5, "all", True):
+        with pytest.raises(InputError, match="positive int"):
+            session.placements("h100", limit=bad)

@@ -1,0 +1,86 @@
+"""Placements ranked by the simulated step: `rank` prices one plan under each placement of
+its mesh on a hardware's levels (``hardware/placement.py``) and sorts them, fastest first;
+each `Ranked` keeps its estimate, so what every collective costs under it can be read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from workbench.core.errors import InputError, given
+from workbench.core.estimate.step import Estimate
+from workbench.core.hardware.names import resolve
+from workbench.core.hardware.placement import LIMIT, Placement, placements
+from workbench.core.hardware.spec import Hardware
+from workbench.core.layout.mesh import Mesh
+from workbench.core.units import format_seconds
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One placement and the step the simulator gives it."""
+
+    placement: Placement
+    estimate: Estimate
+
+    def by_axes(self) -> dict[tuple[str, tuple[str, ...]], float]:
+        """Seconds per step by (collective kind, mesh axes) under this placement."""
+        out: dict[tuple[str, tuple[str, ...]], float] = {}
+        for c in self.estimate.collectives:
+            key = (c.collective.kind, tuple(c.collective.axes))
+            out[key] = out.get(key, 0.0) + c.total_s
+        return out
+
+    def __str__(self) -> str:
+        parts = ", ".join(
+            f"{kind} over {'+'.join(axes)} {format_seconds(s)}"
+            for (kind, axes), s in sorted(self.by_axes().items(), key=lambda kv: -kv[1])
+            if s > 0
+        )
+        return f"step {format_seconds(self.estimate.step_s)} with {self.placement}" + (
+            f" ({parts})" if parts else ""
+        )
+
+
+class Placements(list):
+    """`Ranked` placements, fastest first; ``total``: how many the mesh has on the levels
+    (more than were priced where ``limit`` capped them)."""
+
+    def __init__(self, ranked, total: int, limit: int):
+        super().__init__(ranked)
+        self.total, self.limit = total, limit
+
+    def __str__(self) -> str:
+        head = f"{len(self)} placements" + (
+            f" (of {self.total}; limit={self.limit})" if self.total > len(self) else ""
+        )
+        return "\n".join([head + ", fastest first:", *(f"  {r}" for r in self)])
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(str(self))
+
+
+def rank(
+    mesh: Mesh,
+    hardware: Hardware | str | None,
+    price: Callable[[Hardware], Estimate],
+    limit: int | None = None,
+) -> Placements:
+    """``price(hardware placed)`` for each placement of ``mesh`` (at most ``limit``, default
+    `LIMIT`) on ``hardware`` (a `Hardware`, a preset's name, None for the CPU's), fastest
+    first (ties keep the enumeration's order: the mesh order's placement first). A
+    placement moves no compute and no memory, so ``Session.estimate`` reprices the
+    collectives alone once it holds one (``estimate.step.repriced``)."""
+    hardware = resolve(hardware)  # None: the CPU preset; a preset's name; a spec
+    limit = LIMIT if limit is None else limit
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise InputError(
+            f"placements(limit={given(limit)}): give how many placements to price at most, "
+            f"a positive int (default {LIMIT})."
+        )
+    every = placements(mesh, hardware.links, limit=limit + 1)
+    chosen = every[:limit]
+    ranked = [Ranked(p, price(hardware.with_placement(p))) for p in chosen]
+    ranked.sort(key=lambda r: r.estimate.step_s)
+    total = len(every) if len(every) <= limit else len(placements(mesh, hardware.links, 10**6))
+    return Placements(ranked, total, limit)
