@@ -5,17 +5,17 @@ preset; closed forms priced with its own formulas (``hardware/collectives.py``).
 
 **EP** (Mixtral widths: d 4096, 8 experts of d_ff 14336, top-2, capacity 1.25, a 4,096-token
 sequence a device, n = 8). Textbook: a dispatch and a combine all-to-all a layer each way,
-of tokens x top_k x capacity x d x 2 bytes. BP then EP makes 4 each way (the experts' hidden
-crosses twice more; 8 conflicts) and leaves the expert gradients and optimizer state whole
-(all-reduced). EP then BP splits them; with the gather dispatch its forward is the
-textbook's, its backward reduce-scatters the whole batch's token gradients. EP alone
-all-reduces the combined tokens. XLA given BP+EP's shardings makes no all-to-all: it
-all-gathers the expert weights (tiny ``moe`` preset).
+of tokens x top_k x capacity x d x 2 bytes. EP then BP (EP fences the experts dim where it
+meets the tokens) makes exactly those, with both dispatch forms. BP then EP makes 4 each
+way (the experts' hidden crosses twice more; 8 conflicts) and leaves the expert gradients
+and optimizer state whole (all-reduced). EP alone all-reduces the combined tokens. XLA
+given BP+EP's shardings makes no all-to-all: it all-gathers the expert weights (tiny
+``moe`` preset).
 
-**CP** (Llama 3 8B widths, multi-head so d_kv = d; ``CP('seq', dim=1)``: at batch 1 CP finds
-no sequence dim). Each layer gathers its normalised input (half the closed form's K and V)
-and projects K and V whole on every device; backward gathers it again (remat) and
-reduce-scatters K's and V's gradients. The zoo attention materialises its scores.
+**CP** (Llama 3 8B widths, multi-head so d_kv = d; ``CP('seq', dim=1)``, one sequence).
+Each device projects K and V on its part of the sequence and each layer's attention
+gathers them; backward gathers them again (remat) and reduce-scatters their gradients.
+The zoo attention materialises its scores.
 
 **Published**: Llama 3 405B (Grattafiori et al. 2024, Table 4): 16,384 H100, TP 8, PP 16:
 400 TFLOP/s a GPU (CP 1), 380 (CP 16, 128K). DeepSeek-V3 (report, 2024): 180K H800 GPU

@@ -173,3 +173,24 @@ def test_ep_after_bp_on_its_axis_says_the_experts_state_stays_whole():
     assert "4@expert" in str(early.sharding("opt_state/master/layers/0/moe/experts/w_in"))
     with pytest.raises(wb.WorkbenchError, match="apply EP before"):
         wb.Session(p, mesh, [wb.BP("expert"), wb.EP("expert", strict=True)])
+
+
+@pytest.fixture(scope="module")
+def maxtext():
+    from tests.models import maxtext_capacity_moe
+
+    fn, args = maxtext_capacity_moe.example()
+    return wb.capture(fn, *args)
+
+
+def test_ep_then_bp_on_a_moe_written_as_maxtext_writes_it(maxtext):
+    """MaxText's capacity path (masks by a cumulative sum, dispatch and combine einsums):
+    GShard's two all-to-alls per layer each way, no conflicts, and the step runs as the
+    unpartitioned one does."""
+    layers = maxtext.anatomy().experts
+    assert [layer.form for layer in layers] == ["einsum", "einsum"]
+    s = wb.Session(maxtext, wb.Mesh({"expert": 4, "data": 2}), [wb.EP("expert"), wb.BP("expert")])
+    assert not s.conflicts
+    forward, backward = kinds(s, "forward"), kinds(s, "backward")
+    assert forward == {"all-to-all": 2 * len(layers)} == backward
+    assert s.run(repeats=1).matches

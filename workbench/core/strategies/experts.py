@@ -108,11 +108,14 @@ class EP(Tactic):
 
 def routing(program, layers) -> tuple[tuple[int, int], ...]:
     """(op, factor) pairs where the experts dim meets the tokens: the ops (of every phase)
-    with a tensor carrying a dim of the tokens (a class the dispatch ops contract or drop)
-    and a dim of the experts, each with its factors on the experts' dims. Fenced, the
-    experts split stays on the expert side: with tokens split on the same axis the router
-    and its masks keep the tokens' split, and the dispatch and combine re-split (the
-    all-to-alls of GShard) instead of meeting as conflicts."""
+    with a tensor carrying an experts dim beside one that carries none (not a scalar) or
+    one carrying a dim of the tokens (a class the dispatch ops contract or drop), each with
+    its factors on the experts' dims: the router's, the dispatch and the combine, in any
+    of their forms (a one-hot einsum; a gather by slot indices, and the padding row its
+    combine gathers dropped tokens from). Fenced, the experts split stays on the expert
+    side: with tokens split on the same axis the router and its masks keep the tokens'
+    split, and the dispatch and combine re-split (the all-to-alls of GShard) instead of
+    meeting as conflicts."""
     classes = program.anatomy().classes
     values = program.values
     index = op_index(program)
@@ -128,16 +131,21 @@ def routing(program, layers) -> tuple[tuple[int, int], ...]:
             ins = {c for v in op.operands if isinstance(v, int) for c in dims(v)}
             outs = {c for v in op.results for c in dims(v)}
             tokens |= ins - outs - layer.classes
-    if not tokens:
-        return ()
     held = []
     for op in program.ops:
         ix = index[op.id]
-        carried = [(t, dims(v)) for t, v in enumerate(ix.tensors) if v >= 0]
-        if not any(tokens.intersection(cs) for _, cs in carried):
+        carried = [
+            (t, set(dims(v))) for t, v in enumerate(ix.tensors) if v >= 0 and values[v].shape
+        ]
+        split = [t for t, cs in carried if cs & experts]
+        if not split or (len(split) == len(carried) and not any(cs & tokens for _, cs in carried)):
             continue
         factors = {
-            f for t, cs in carried for d, c in enumerate(cs) if c in experts for f in ix.dims[t][d]
+            f
+            for t, cs in carried
+            for d, c in enumerate(dims(ix.tensors[t]))
+            if c in experts
+            for f in ix.dims[t][d]
         }
         held += [(op.id, f) for f in sorted(factors)]
     return tuple(held)
