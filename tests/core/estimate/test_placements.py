@@ -40,3 +40,30 @@ def test_placements_cap_and_refuse_bad_limits(session):
     for bad in (0, -1, 1.5, "all", True):
         with pytest.raises(InputError, match="positive int"):
             session.placements("h100", limit=bad)
+
+
+def test_a_pipelines_sends_cross_the_level_its_placement_says():
+    """The stages' sends run on NVLink where the stage axis lies inside a node, on
+    InfiniBand where its consecutive stages sit in different nodes."""
+    from workbench.core.hardware.placement import Placement
+    from workbench.core.strategies.pipeline import PP
+    from workbench.models import build, lm
+
+    ex = build("lm", lm.Config.preset("tiny", n_layers=4, batch=16), abstract=True)
+    program = wb.capture(ex.fn, *ex.args)
+    mesh = wb.Mesh({"stage": 4, "data": 8})  # 4 nodes of 8
+    s = wb.Session(program, mesh, [PP("stage", microbatches=2), wb.BP("data")])
+    levels = ("nvlink", "infiniband")
+    inside = Placement(levels, (("stage", (4, 1)), ("data", (2, 4))))
+    across = Placement(levels, (("stage", (1, 4)), ("data", (8, 1))))
+    halves = Placement(levels, (("stage", (2, 2)), ("data", (4, 2))))
+    links = {}
+    for name, p in (("inside", inside), ("across", across), ("halves", halves)):
+        links[name] = s.estimate(H100.with_placement(p)).pipeline.links
+    assert links == {
+        "inside": ("nvlink",) * 3,
+        "across": ("infiniband",) * 3,
+        "halves": ("nvlink", "infiniband", "nvlink"),  # stages 0-1 and 2-3 share a node
+    }
+    # the mesh order: the data axis fills each node, so every stage is a node of its own
+    assert s.estimate(H100).pipeline.links == links["across"]

@@ -38,6 +38,7 @@ from workbench.core.estimate.overlap import check_overlap
 from workbench.core.estimate.timeline import Timeline, simulate
 from workbench.core.hardware.collectives import permute_time
 from workbench.core.hardware.names import resolve
+from workbench.core.hardware.placement import row_major
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.state import State
 from workbench.core.plan.plan import build_plan
@@ -155,7 +156,7 @@ def price_pipeline(
     mesh = Mesh({"d": 1})
     state = State.initial(program)
     priced = _Priced(program, hw, cuts, microbatches, mesh, state, build_plan(program, mesh, state))
-    return _timeline(priced, sched, hw, hide, stride=1)
+    return _timeline(priced, sched, hw, hide, list(range(stages)))
 
 
 def price_planned(program, mesh, state, plan, hardware, pipeline, overlap="none"):
@@ -168,9 +169,21 @@ def price_planned(program, mesh, state, plan, hardware, pipeline, overlap="none"
     hide = _hidden(overlap)
     priced = _Priced(program, hw, pipeline.cuts, pipeline.microbatches, mesh, state, plan)
     priced.add_collectives(Communication(program, mesh, state, plan, hw).collective_estimates())
-    after = mesh.names[mesh.names.index(pipeline.axis) + 1 :]
-    stride = math.prod(mesh.axis_size(a) for a in after)
-    return _timeline(priced, pipeline.schedule, hw, hide, stride)
+    return _timeline(priced, pipeline.schedule, hw, hide, stage_devices(mesh, hw, pipeline.axis))
+
+
+def stage_devices(mesh, hw, axis: str) -> list[int]:
+    """The device id of each stage along ``axis`` (every other axis at 0): where the
+    hardware's placement puts it, else ``s`` times the axis's stride in the mesh order."""
+    placement = hw.placement or row_major(mesh, hw.links)
+    at = mesh.names.index(axis)
+    if placement is not None:
+        return [
+            placement.device_of([s if i == at else 0 for i in range(len(mesh.names))])
+            for s in range(mesh.axis_size(axis))
+        ]
+    stride = math.prod(mesh.sizes[at + 1 :])
+    return [s * stride for s in range(mesh.axis_size(axis))]
 
 
 def _hidden(overlap) -> float:
@@ -183,7 +196,7 @@ def _hidden(overlap) -> float:
     return {"none": 0.0, "full": 1.0}.get(overlap, overlap)
 
 
-def _timeline(priced, sched, hw, hide: float, stride: int) -> PipelineEstimate:
+def _timeline(priced, sched, hw, hide: float, devices: list[int]) -> PipelineEstimate:
     S, v, split = sched.stages, sched.virtual_stages, sched.split_backward
     virtual = priced.cuts.stages  # chunk c of stage s: virtual stage c*S + s
     chunks = [[virtual[c * S + s] for c in range(v)] for s in range(S)]
@@ -196,7 +209,7 @@ def _timeline(priced, sched, hw, hide: float, stride: int) -> PipelineEstimate:
     opt = [sum(o for *_, o in row) + priced.once_per_stage() for row in times]
     work = [[priced.stage_work(st) for st in row] for row in chunks]
     collectives = tuple(priced.stage_collectives(row) for row in chunks)
-    links, p2p, link_sends = priced.sends(stride, S, v)
+    links, p2p, link_sends = priced.sends(devices, S, v)
     durations = {k: [x[0] for x in rows] if v == 1 else rows for k, rows in per.items()}
     timeline = simulate(
         sched, durations["F"], durations["B"], durations["W"], [t * (1 - hide) for t in p2p] or 0.0
@@ -367,23 +380,25 @@ class _Priced:
         n = self.nbytes(v)
         return n / self.M if v in self.batched else n
 
-    def sends(self, stride: int, S: int, v: int) -> tuple[list[str], list[float], list[float]]:
+    def sends(
+        self, devices: list[int], S: int, v: int
+    ) -> tuple[list[str], list[float], list[float]]:
         """Per link s -> (s+1) % S (S-1 links; S with chunks): the level it runs on, the
         largest one-microbatch send of the chunk boundaries crossing it, and their sum.
-        Stage s runs on device ``s * stride`` (the stage axis's stride in the mesh's order)."""
+        Stage s runs on device ``devices[s]`` (`stage_devices`)."""
         n = S if v > 1 else S - 1
         largest, total = [0.0] * n, [0.0] * n
         for b in self.cuts.boundaries:
             nbytes = sum(self.nbytes_per_mb(x) for x in b.values)
-            bw, lat = self._link(b.after % S, S, stride).figures_for("collective-permute")
+            bw, lat = self._link(b.after % S, S, devices).figures_for("collective-permute")
             t = permute_time(nbytes, bw, lat) if nbytes and S > 1 else 0.0  # S=1: no send
             k = b.after % S
             largest[k], total[k] = max(largest[k], t), total[k] + t
-        return [self._link(k, S, stride).name for k in range(n)], largest, total
+        return [self._link(k, S, devices).name for k in range(n)], largest, total
 
-    def _link(self, s: int, S: int, stride: int):
+    def _link(self, s: int, S: int, devices: list[int]):
         """The innermost level whose group holds stage s's device and stage (s+1) % S's."""
-        a, z = s * stride, (s + 1) % S * stride
+        a, z = devices[s], devices[(s + 1) % S]
         groups = self.hw.group_devices
         level = next(
             (i for i, g in enumerate(groups) if g is None or a // g == z // g), len(groups) - 1

@@ -92,26 +92,30 @@ class Placement:
                     f"{size} of the mesh's {mesh.size} devices."
                 )
 
+    def device_of(self, index) -> int:
+        """The device id at ``index`` (one position per mesh axis; the module docstring)."""
+        sizes = [math.prod(fs[j] for _, fs in self.factors) for j in range(len(self.levels))]
+        subs = []  # per axis, its index per level (innermost fastest)
+        for i, (_, fs) in zip(index, self.factors):
+            digits = []
+            for f in fs:
+                digits.append(i % f)
+                i //= f
+            subs.append(digits)
+        device, stride = 0, 1
+        for j, size in enumerate(sizes):
+            position = 0
+            for digits, (_, fs) in zip(subs, self.factors):
+                position = position * fs[j] + digits[j]
+            device += position * stride
+            stride *= size
+        return device
+
     def device_ids(self, mesh: Mesh) -> np.ndarray:
         """The device ids in mesh shape (see the module docstring)."""
-        sizes = [math.prod(fs[j] for _, fs in self.factors) for j in range(len(self.levels))]
         ids = np.zeros(mesh.sizes, dtype=np.int64)
         for index in np.ndindex(*mesh.sizes):
-            subs = []  # per axis, its index per level (innermost fastest)
-            for i, (_, fs) in zip(index, self.factors):
-                digits = []
-                for f in fs:
-                    digits.append(i % f)
-                    i //= f
-                subs.append(digits)
-            device, stride = 0, 1
-            for j, size in enumerate(sizes):
-                position = 0
-                for digits, (_, fs) in zip(subs, self.factors):
-                    position = position * fs[j] + digits[j]
-                device += position * stride
-                stride *= size
-            ids[index] = device
+            ids[index] = self.device_of(index)
         return ids
 
 
