@@ -126,13 +126,7 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
     memory = liveness.memory()
     fresh_s = hardware.fresh_memory_time(liveness.per_step_buffers(memory))
     compute_s = sum(o.total_s for o in ops) + local_s + copy_s + fresh_s
-    by_kind = dict.fromkeys(KINDS, 0.0)
-    for c in collectives:
-        by_kind[c.collective.kind] += c.total_s
-    communication_s = sum(by_kind.values())
-    hidden = 0.0
-    if overlap == "prefetch":
-        hidden = sum(c.total_s for c in collectives if c.hidden)
+    by_kind, communication_s, hidden = _totals(collectives, overlap)
     return Estimate(
         hardware=hardware.name,
         compute_s=compute_s,
@@ -157,13 +151,7 @@ def repriced(estimate_: Estimate, program, mesh: Mesh, state, plan, hardware: Ha
     if estimate_.pipeline is not None:
         return estimate(program, mesh, state, plan, hardware, overlap=estimate_.overlap)
     collectives = Communication(program, mesh, state, plan, hardware).collective_estimates()
-    by_kind = dict.fromkeys(KINDS, 0.0)
-    for c in collectives:
-        by_kind[c.collective.kind] += c.total_s
-    communication_s = sum(by_kind.values())
-    hidden = (
-        sum(c.total_s for c in collectives if c.hidden) if estimate_.overlap == "prefetch" else 0.0
-    )
+    by_kind, communication_s, hidden = _totals(collectives, estimate_.overlap)
     return dataclasses.replace(
         estimate_,
         communication_s=communication_s,
@@ -171,6 +159,16 @@ def repriced(estimate_: Estimate, program, mesh: Mesh, state, plan, hardware: Ha
         by_kind=by_kind,
         collectives=tuple(collectives),
     )
+
+
+def _totals(collectives, overlap) -> tuple[dict[str, float], float, float]:
+    """Seconds of ``collectives`` by kind, in all, and the part ``overlap`` "prefetch"
+    hides (0 under any other policy)."""
+    by_kind = dict.fromkeys(KINDS, 0.0)
+    for c in collectives:
+        by_kind[c.collective.kind] += c.total_s
+    hidden = sum(c.total_s for c in collectives if c.hidden) if overlap == "prefetch" else 0.0
+    return by_kind, sum(by_kind.values()), hidden
 
 
 def placed_twin(cache: Mapping, hardware: Hardware, overlap) -> Estimate | None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workbench.core import caches
 from workbench.core.errors import given
 from workbench.core.hardware.levels import HardwareError, Link
 from workbench.core.layout.mesh import Mesh
@@ -161,6 +162,17 @@ def row_major(mesh: Mesh, links: tuple[Link, ...]) -> Placement | None:
             room[j] //= f
         factors[axis] = tuple(fs)
     return Placement(tuple(x.name for x in links), tuple((a, factors[a]) for a in mesh.names))
+
+
+@caches.cache("hardware.placed", maxsize=1024)
+def placed(placement: Placement | None, mesh: Mesh, links: tuple[Link, ...]) -> Placement | None:
+    """The placement collectives over ``mesh`` on ``links`` follow: ``placement`` once
+    checked against them, or the mesh order's (`row_major`, None where the levels do not
+    divide it) where none is given. Cached: every collective priced asks."""
+    if placement is None:
+        return row_major(mesh, links)
+    placement.check(mesh, level_sizes(mesh, links))
+    return placement
 
 
 def _divisors(n: int) -> list[int]:

@@ -32,7 +32,7 @@ from workbench.core.hardware.levels import (
     positive,
     positive_int,
 )
-from workbench.core.hardware.placement import Placement, level_sizes, row_major, spread
+from workbench.core.hardware.placement import Placement, placed, spread
 from workbench.core.layout.mesh import Mesh
 
 #: XLA's default threshold of its all-reduce combiner (GPU, and the pass's own default).
@@ -306,9 +306,7 @@ class Hardware:
         an axis ``with_axis_links`` names, or one no placement splits evenly, whole on
         its link (`link`)."""
         explicit = dict(self.axis_links)
-        placement = self.placement or row_major(mesh, self.links)
-        if self.placement is not None:
-            placement.check(mesh, level_sizes(mesh, self.links))
+        placement = placed(self.placement, mesh, self.links)
         groups: dict[int, int] = {}
         for axis in axes:
             _check_axis(mesh, axis)

@@ -134,18 +134,14 @@ def routing(program, layers) -> tuple[tuple[int, int], ...]:
     held = []
     for op in program.ops:
         ix = index[op.id]
-        carried = [
-            (t, set(dims(v))) for t, v in enumerate(ix.tensors) if v >= 0 and values[v].shape
-        ]
-        split = [t for t, cs in carried if cs & experts]
-        if not split or (len(split) == len(carried) and not any(cs & tokens for _, cs in carried)):
+        carried = [(t, dims(v)) for t, v in enumerate(ix.tensors) if v >= 0 and values[v].shape]
+        split = [t for t, cs in carried if experts.intersection(cs)]
+        if not split or (
+            len(split) == len(carried) and not any(tokens.intersection(cs) for _, cs in carried)
+        ):
             continue
         factors = {
-            f
-            for t, cs in carried
-            for d, c in enumerate(dims(ix.tensors[t]))
-            if c in experts
-            for f in ix.dims[t][d]
+            f for t, cs in carried for d, c in enumerate(cs) if c in experts for f in ix.dims[t][d]
         }
         held += [(op.id, f) for f in sorted(factors)]
     return tuple(held)
