@@ -67,3 +67,27 @@ def test_a_pipelines_sends_cross_the_level_its_placement_says():
     }
     # the mesh order: the data axis fills each node, so every stage is a node of its own
     assert s.estimate(H100).pipeline.links == links["across"]
+
+
+def test_reductions_across_levels_show_the_program_they_are_priced_as(session):
+    """Placed with the data axis across nodes, the gradients' all-reduces run as
+    reduce-scatter inside each node, all-reduce across, all-gather back, priced so; each
+    says how much faster that is than one ring over all its devices."""
+    ranked = session.placements("h100")
+    spread = next(
+        r for r in ranked if r.placement.of("data")[0] > 1 and r.placement.of("data")[1] > 1
+    )
+    shown = [c for c in spread.estimate.collectives if c.synthesis is not None]
+    assert shown, "a data axis across levels makes reductions across levels"
+    for c in shown:
+        s = c.synthesis
+        assert c.collective.kind in ("all-reduce", "reduce-scatter")
+        assert s.seconds <= s.default_s and s.speedup >= 1.0
+        assert {name for name, _ in s.levels} == {"nvlink", "infiniband"}
+    big = max(shown, key=lambda c: c.synthesis.nbytes)
+    assert big.synthesis.speedup > 1.5
+    assert "nvlink" in str(big.synthesis) and "x the default's" in str(big.synthesis)
+    # on one level a reduction is one collective, with nothing synthesised
+    inside = next(r for r in ranked if r.placement.of("data") == (8, 1))
+    alone = [c for c in inside.estimate.collectives if c.collective.axes == ("data",)]
+    assert alone and all(c.synthesis is None for c in alone)

@@ -239,8 +239,14 @@ def test_two_levels_are_priced_hierarchically():
     # all-gather: gather the small pieces across nodes first, then inside the node
     ag = collective_time("all-gather", b, ("node", "gpu"), mesh, h)
     assert ag == pytest.approx(fast(8, b) + slow(4, b / 8))
-    # reduce-scatter: inside the node first, then across nodes on 1/8 of the data
-    assert collective_time("reduce-scatter", b, ("node", "gpu"), mesh, h) == pytest.approx(ag)
+    # reduce-scatter: inside the node first, then across nodes on 1/8 of the data...
+    assert collective_time("reduce-scatter", b, ("gpu", "node"), mesh, h) == pytest.approx(ag)
+    # ...its blocks permuted first where the result has the outer axis major (one copy of
+    # the input, read and written: cheaper than scattering across nodes first)
+    copy = 2 * b / h.copy_bandwidth(b) + h.op_overhead
+    rs = collective_time("reduce-scatter", b, ("node", "gpu"), mesh, h)
+    assert rs == pytest.approx(ag + copy)
+    assert rs < slow(4, b) + fast(8, b / 4)
     # all-reduce: twice each stage
     ar = collective_time("all-reduce", b, ("gpu", "node"), mesh, h)
     assert ar == pytest.approx(2 * fast(8, b) + 2 * slow(4, b / 8))

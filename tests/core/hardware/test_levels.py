@@ -53,10 +53,14 @@ def test_three_levels_are_priced_stage_by_stage():
     mesh = Mesh({"rack": 2, "node": 4, "gpu": 8})
     b = 1 * GB
     ring = lambda n, nbytes, bw: (n - 1) / n * nbytes / bw  # noqa: E731
-    # reduce-scatter: fastest level first, each on what the faster ones left
-    rs = collective_time("reduce-scatter", b, ("rack", "node", "gpu"), mesh, h)
+    # reduce-scatter: fastest level first, each on what the faster ones left, over axes
+    # whose order puts the inner one major...
+    rs = collective_time("reduce-scatter", b, ("gpu", "node", "rack"), mesh, h)
     want = ring(8, b, 400 * GB) + ring(4, b / 8, 50 * GB) + ring(2, b / 32, 10 * GB)
     assert rs == pytest.approx(want)
+    # ...and, the outer one major, with the input's blocks permuted first (one copy)
+    rs = collective_time("reduce-scatter", b, ("rack", "node", "gpu"), mesh, h)
+    assert rs == pytest.approx(want + 2 * b / h.copy_bandwidth(b) + h.op_overhead)
     assert collective_time("all-to-all", b, ("rack", "gpu"), mesh, h) == pytest.approx(
         ring(8, b, 400 * GB) + ring(2, b, 10 * GB)
     )

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from workbench.core.estimate.static import PlannedStep
-from workbench.core.hardware.collectives import collective_time
+from workbench.core.hardware.collectives import collective_time, synthesised
+from workbench.core.hardware.synthesis import REDUCTIONS, Synthesis
 from workbench.core.layout.collectives import Collective
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.sharding import Sharding
@@ -26,6 +27,9 @@ class CollectiveEstimate:
     seconds: float  # per run, with the copies around it
     copy_s: float = 0.0  # per run: the part spent in those copies (see ``layout_copies``)
     hidden: bool = False  # the "prefetch" policy hides it behind compute (`Communication.hidden`)
+    #: a reduction whose group spans levels: the program of per-level steps it is priced as
+    #: (its bucket's, where it runs combined), and the default it beat (``hardware/synthesis``)
+    synthesis: Synthesis | None = None
 
     @property
     def total_s(self) -> float:
@@ -71,6 +75,7 @@ class Communication(PlannedStep):
             bucket_of[None] = len(buckets) - 1
         collectives = self.plan.collectives
         seconds = []
+        chosen: dict[int, Synthesis] = {}  # collective index -> its synthesised program
         for i, c in enumerate(collectives):
             b = None
             if c.kind == "all-reduce":
@@ -79,6 +84,9 @@ class Communication(PlannedStep):
                 elif (c.op, c.value) in self.step_end:
                     b = ("step", c.op)
             if b is None:
+                s = self.synthesis(c.kind, c.bytes, c.axes)
+                if s is not None:
+                    chosen[i] = s
                 seconds.append(collective_time(c.kind, c.bytes, c.axes, mesh, hw))
             else:  # priced with its bucket below
                 combined.setdefault((b, c.axes, c.reduction), []).append(i)
@@ -97,14 +105,24 @@ class Communication(PlannedStep):
             for chunk in chunks:
                 total = sum(collectives[i].bytes for i in chunk)
                 t = collective_time("all-reduce", total, axes, mesh, hw)
+                s = self.synthesis("all-reduce", total, axes)
                 for i in chunk:
                     seconds[i] = t * collectives[i].bytes / total
+                    if s is not None:
+                        chosen[i] = s
         out = []
-        for c, t in zip(collectives, seconds):
+        for i, (c, t) in enumerate(zip(collectives, seconds)):
             nbytes, kernels = layout_copies(c, mesh)
             copy = nbytes / hw.copy_bandwidth(c.bytes) + kernels * hw.op_overhead
-            out.append(CollectiveEstimate(c, t + copy, copy, self.hidden(c)))
+            out.append(CollectiveEstimate(c, t + copy, copy, self.hidden(c), chosen.get(i)))
         return out
+
+    def synthesis(self, kind: str, nbytes: float, axes) -> Synthesis | None:
+        """The program a reduction over levels runs as (``collective_time`` prices it so);
+        None for other kinds and groups on one level."""
+        if kind not in REDUCTIONS or nbytes <= 0 or len(self.hw.spread(self.mesh, axes)) < 2:
+            return None
+        return synthesised(kind, nbytes, axes, self.mesh, self.hw)
 
     def hidden(self, c: Collective) -> bool:
         """Whether the "prefetch" policy hides ``c`` behind compute: a gather of a value made

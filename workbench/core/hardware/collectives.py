@@ -10,9 +10,12 @@ group; bw, lat of the level's link:
   floor(n^2/4)/n * bytes/bw + (n-1) * lat around a bidirectional torus ring.
 - collective-permute: bytes/bw + lat.
 
-A group spanning several levels is priced hierarchically (fastest level first, each on
-the bytes left after the faster ones); ``hierarchical=False`` prices one flat ring at the
-slowest bandwidth and largest latency. Sources and the reasoning: README.md.
+A group spanning several levels: an all-reduce or reduce-scatter runs as the cheapest
+program of per-level steps (``synthesis.py``; the hierarchical algorithm or better); an
+all-gather hierarchically (fastest level first on the smallest pieces); an all-to-all one
+full stage per level. ``hierarchical=False`` prices one flat ring at the slowest
+bandwidth and largest latency (the synthesis's default). The formulas are in
+``formulas.py``; sources and the reasoning: README.md.
 """
 
 from __future__ import annotations
@@ -22,7 +25,15 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from workbench.core.errors import InputError, given
+from workbench.core.hardware.formulas import (
+    all_gather_time,
+    all_reduce_time,
+    all_to_all_time,
+    permute_time,
+    reduce_scatter_time,
+)
 from workbench.core.hardware.levels import KINDS, HardwareError, Link
+from workbench.core.hardware.synthesis import REDUCTIONS, best
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.redistribute import wire_bytes
 
@@ -51,37 +62,6 @@ def ring_all_reduce_steps(n: int, nbytes: float = 1.0) -> list[dict]:
             sends = [(i, (i + 1) % n, (i + shift - k) % n) for i in range(n)]
             steps.append({"phase": phase, "step": k + 1, "sends": sends, "bytes": per_step})
     return steps
-
-
-def all_gather_time(out_bytes: float, n: int, bandwidth: float, latency: float) -> float:
-    """Ring all-gather of ``out_bytes`` (the gathered output) over ``n`` devices."""
-    return 0.0 if n <= 1 else (n - 1) / n * out_bytes / bandwidth + (n - 1) * latency
-
-
-def reduce_scatter_time(in_bytes: float, n: int, bandwidth: float, latency: float) -> float:
-    """Ring reduce-scatter of ``in_bytes`` (the input, before scattering)."""
-    return 0.0 if n <= 1 else (n - 1) / n * in_bytes / bandwidth + (n - 1) * latency
-
-
-def all_reduce_time(nbytes: float, n: int, bandwidth: float, latency: float) -> float:
-    """Ring all-reduce (reduce-scatter then all-gather) of ``nbytes``."""
-    return 0.0 if n <= 1 else 2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency
-
-
-def all_to_all_time(
-    nbytes: float, n: int, bandwidth: float, latency: float, topology: str = "switch"
-) -> float:
-    """All-to-all of a local array of ``nbytes``: direct sends on a switch, forwarded
-    around a bidirectional ring on a torus (see the module docstring)."""
-    if n <= 1:
-        return 0.0
-    factor = (n - 1) / n if topology == "switch" else (n * n // 4) / n
-    return factor * nbytes / bandwidth + (n - 1) * latency
-
-
-def permute_time(nbytes: float, bandwidth: float, latency: float) -> float:
-    """Collective-permute: every device sends ``nbytes`` to one peer."""
-    return nbytes / bandwidth + latency
 
 
 def _for_kind(link: Link, kind: str) -> Link:
@@ -123,6 +103,8 @@ def collective_time(
             "torus" if any(x.topology == "torus" for x, _ in levels) else "switch",
         )
         levels = [(flat, math.prod(n for _, n in levels))]
+    if kind in REDUCTIONS and len(levels) > 1:
+        return synthesised(kind, nbytes, axes, mesh, hardware).seconds
     total, done = 0.0, 1  # `done`: product of the sizes of the faster levels
     for x, n in sorted(levels, key=lambda lv: -lv[0].bandwidth):
         if kind == "all-to-all":
@@ -136,3 +118,19 @@ def collective_time(
         total += stage(nbytes / done, n, x.bandwidth, x.latency)
         done *= n
     return total
+
+
+def synthesised(kind: str, nbytes: float, axes, mesh: Mesh, hardware: Hardware):
+    """The cheapest program of per-level steps for a ``kind`` reduction (all-reduce or
+    reduce-scatter) of ``nbytes`` per device over mesh ``axes`` (``synthesis.best``): which
+    levels each step runs on, its time and the default's (one ring over the group)."""
+    if kind not in REDUCTIONS:
+        raise HardwareError(f"synthesised({kind!r}): only {REDUCTIONS} are synthesised.")
+    spread = hardware.spread(mesh, tuple(axes))
+    index = {link.name: i for i, (link, _) in enumerate(spread)}
+    order = []  # per axis: the group's levels it lies on, outermost first
+    for axis in axes:
+        mine = [index[link.name] for link, _ in hardware.spread(mesh, (axis,))]
+        order.append(tuple(sorted(mine, reverse=True)))
+    copy = 2 * nbytes / hardware.copy_bandwidth(nbytes) + hardware.op_overhead
+    return best(kind, float(nbytes), tuple(spread), copy, tuple(order))

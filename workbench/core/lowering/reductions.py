@@ -1,0 +1,126 @@
+"""Synthesised reductions lowered (``hardware/synthesis.py``): each step of a `Program` as a
+JAX collective over sub-axes of a mesh whose axes are split by level.
+
+A placement (``hardware/placement.py``) splits each mesh axis into one factor per level;
+`split_mesh` makes those factors axes of their own (``data@1`` outer, ``data@0`` inner,
+the outer first, so the tuple ``("data@1", "data@0")`` indexes as ``data`` does), its
+devices in the placement's order. Inside ``shard_map`` over it, `reduce` runs a program:
+an all-reduce on the array flattened and padded to the group's size, a reduce-scatter
+along its dimension (its blocks permuted first where the program says so). Each step is
+``psum``, ``psum_scatter`` or ``all_gather`` over the sub-axes of its levels, in the
+result's order.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from workbench.core.errors import InputError, given
+from workbench.core.hardware.placement import Placement
+from workbench.core.hardware.synthesis import Program, scatters
+from workbench.core.layout.mesh import Mesh
+
+
+def sub_axes(placement: Placement, axis: str) -> tuple[tuple[str, int, int], ...]:
+    """``(name, level, factor)`` of each part of ``axis``, outermost level first (an axis
+    of one device: one part, on the innermost level)."""
+    factors = placement.of(axis)
+    parts = [(f"{axis}@{j}", j, f) for j, f in reversed(list(enumerate(factors))) if f > 1]
+    return tuple(parts) or ((f"{axis}@0", 0, 1),)
+
+
+def split_mesh(mesh: Mesh, placement: Placement, devices=None) -> jax.sharding.Mesh:
+    """A ``jax.sharding.Mesh`` with each axis of ``mesh`` split into its parts per level
+    (`sub_axes`), over ``devices`` (default: all attached) in ``placement``'s order."""
+    devices = np.asarray(jax.devices() if devices is None else list(devices), dtype=object)
+    if devices.size != mesh.size:
+        raise InputError(
+            f"split_mesh: {devices.size} devices given for the mesh {mesh} of {mesh.size}; "
+            "give exactly as many."
+        )
+    parts = [p for axis in mesh.names for p in sub_axes(placement, axis)]
+    ids = placement.device_ids(mesh).reshape([f for _, _, f in parts])
+    return jax.sharding.Mesh(devices[ids], tuple(name for name, _, _ in parts))
+
+
+def group_levels(placement: Placement, axes) -> tuple[int, ...]:
+    """The levels (indices into ``placement.levels``) a group over ``axes`` spans,
+    innermost first: a program's level ``i`` is the ``i``-th of these."""
+    return tuple(sorted({j for a in axes for _, j, f in sub_axes(placement, a) if f > 1}))
+
+
+def order(placement: Placement, axes) -> tuple[tuple[int, ...], ...]:
+    """Per axis of the group, the program levels it lies on, outermost first (the
+    result's layout, ``synthesis.permuted``'s ``order``)."""
+    index = {j: i for i, j in enumerate(group_levels(placement, axes))}
+    return tuple(tuple(index[j] for _, j, f in sub_axes(placement, a) if f > 1) for a in axes)
+
+
+def _names(placement: Placement, axes, levels) -> tuple[str, ...]:
+    """The sub-axes of ``axes`` on program ``levels``, in the result's order."""
+    chosen = {group_levels(placement, axes)[i] for i in levels}
+    return tuple(
+        name for a in axes for name, j, f in sub_axes(placement, a) if f > 1 and j in chosen
+    )
+
+
+def _steps(x, program: Program, placement: Placement, axes, dim: int):
+    """The program's steps on ``x``: an all-gather over the top entries of the stack of
+    scatters gathers their sub-axes in the order they were scattered (the first major)."""
+    stack: list = []
+    for step in program.steps:
+        names = _names(placement, axes, step.levels)
+        if step.kind == "all-reduce":
+            x = lax.psum(x, names)
+        elif step.kind == "reduce-scatter":
+            x = lax.psum_scatter(x, names, scatter_dimension=dim, tiled=True)
+            stack.append(names)
+        else:
+            popped, left = [], set(names)
+            while left:
+                popped.insert(0, stack.pop())
+                left -= set(popped[0])
+            x = lax.all_gather(x, tuple(n for e in popped for n in e), axis=dim, tiled=True)
+    return x
+
+
+def _permute(x, program: Program, placement: Placement, axes, dim: int):
+    """``x`` with its blocks along ``dim`` reordered so that scatters in the program's
+    order leave each device the block the result's layout gives it."""
+    wanted = [name for a in axes for name, _, f in sub_axes(placement, a) if f > 1]
+    done = [n for levels in scatters(program) for n in _names(placement, axes, levels)]
+    sizes = dict((name, f) for a in axes for name, _, f in sub_axes(placement, a) if f > 1)
+    shape = list(x.shape)
+    split = [*shape[:dim], *(sizes[n] for n in wanted), -1, *shape[dim + 1 :]]
+    lead = list(range(dim))
+    moved = [dim + wanted.index(n) for n in done]
+    rest = list(range(dim + len(wanted), len(split)))
+    return x.reshape(split).transpose([*lead, *moved, *rest]).reshape(shape)
+
+
+def reduce(x, program: Program, placement: Placement, axes, dim: int = 0):
+    """``program`` (a sum over the mesh ``axes``) on the local array ``x``, inside
+    ``shard_map`` over `split_mesh`: an all-reduce returns ``x``'s shape, a reduce-scatter
+    ``x`` with ``dim`` divided by the group's size (blocks in the result's order)."""
+    axes = tuple(axes)
+    n = math.prod(f for a in axes for _, _, f in sub_axes(placement, a))
+    if program.kind == "all-reduce":
+        flat = x.reshape(-1)
+        pad = (-flat.size) % n
+        y = jnp.pad(flat, (0, pad)) if pad else flat
+        return _steps(y, program, placement, axes, 0)[: flat.size].reshape(x.shape)
+    if program.kind != "reduce-scatter":
+        raise InputError(f"reduce: a program of kind {given(program.kind)} is no reduction.")
+    if x.shape[dim] % n:
+        raise InputError(
+            f"reduce: dimension {dim} of {x.shape} does not split over the {n} devices of "
+            f"{axes}; a reduce-scatter needs it divisible."
+        )
+    if program.permuted:
+        x = _permute(x, program, placement, axes, dim)
+    return _steps(x, program, placement, axes, dim)
