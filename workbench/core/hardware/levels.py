@@ -33,7 +33,10 @@ class Link:
     groups of the level below one group of this level joins; None leaves the outermost
     level open (it joins everything), and the first level's may come from
     ``Hardware.devices_per_node``. ``sources``: figure (a key of `figures`) -> where it
-    comes from; not part of equality or the repr."""
+    comes from; not part of equality or the repr. A torus level may know its ``dims``
+    (one group's torus, fastest dimension first; their product is ``group_size``) and
+    ``wraps_at`` (a dimension has its wraparound link when its size is a multiple of
+    this); see ``torus.py``."""
 
     name: str
     bandwidth: float
@@ -42,6 +45,8 @@ class Link:
     kinds: tuple[tuple[str, float, float], ...] = ()
     group_size: int | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    dims: tuple[int, ...] = ()
+    wraps_at: int | None = None
 
     def figures_for(self, kind: str) -> tuple[float, float]:
         """``(bandwidth, latency)`` collectives of ``kind`` get on this link."""
@@ -58,6 +63,8 @@ class Link:
             out[f"{kind}.latency"] = latency
         if self.group_size is not None:
             out["group_size"] = self.group_size
+        if self.wraps_at is not None:
+            out["wraps_at"] = self.wraps_at
         return out
 
     def __post_init__(self):
@@ -89,12 +96,33 @@ class Link:
             raise HardwareError(
                 f"link {self.name!r} has topology {self.topology!r}; use one of {TOPOLOGIES}."
             )
+        object.__setattr__(self, "dims", tuple(self.dims))
+        if self.dims or self.wraps_at is not None:
+            _check_torus(self)
         if self.group_size is not None and not positive_int(self.group_size):
             raise HardwareError(
                 f"link {self.name!r} has group_size={self.group_size!r}; give how many devices "
                 "(or groups of the level below) one group joins, a positive integer, or None "
                 "for an outermost level that joins everything."
             )
+
+
+def _check_torus(link: Link) -> None:
+    dims_ok = all(positive_int(d) for d in link.dims)
+    wrap_ok = link.wraps_at is None or positive_int(link.wraps_at)
+    if link.topology != "torus" or not dims_ok or not wrap_ok:
+        raise HardwareError(
+            f"link {link.name!r} has dims={link.dims!r}, wraps_at={link.wraps_at!r} on a "
+            f"{link.topology!r}; a torus level takes dims, positive ints fastest first (e.g. "
+            "(4, 4, 8)), and wraps_at, the multiple of a dimension's size that has a "
+            "wraparound link (e.g. 4)."
+        )
+    if link.dims and link.group_size is not None and math.prod(link.dims) != link.group_size:
+        raise HardwareError(
+            f"link {link.name!r} has dims {link.dims} ({math.prod(link.dims)} devices) but "
+            f"group_size={link.group_size}; give dims whose product is the group's size "
+            "(Hardware.with_torus sets both)."
+        )
 
 
 def finite_nonneg(x) -> bool:

@@ -33,6 +33,7 @@ from workbench.core.hardware.levels import (
     positive_int,
 )
 from workbench.core.hardware.placement import Placement, placed, spread
+from workbench.core.hardware.torus import torus_link, with_torus
 from workbench.core.layout.mesh import Mesh
 
 #: XLA's default threshold of its all-reduce combiner (GPU, and the pass's own default).
@@ -285,6 +286,12 @@ class Hardware:
         )
         return dataclasses.replace(self, links=links, devices_per_node=links[0].group_size)
 
+    def with_torus(self, dims, level: str | None = None) -> Hardware:
+        """A copy whose torus ``level`` (default: the first torus) is a slice of ``dims``,
+        fastest first, e.g. ``TPU_V5P.with_torus((4, 4, 8))``: its group size is their
+        product, and collectives over its dimensions get the links they use (``torus.py``)."""
+        return with_torus(self, dims, level)
+
     def with_placement(self, placement: Placement | None) -> Hardware:
         """A copy whose collectives run where ``placement`` puts the mesh's axes (one of
         ``Session.placements(hardware)``; None: the mesh order)."""
@@ -316,7 +323,13 @@ class Hardware:
                 continue
             for j, n in spread(placement, (axis,)).items():
                 groups[j] = groups.get(j, 1) * n
-        return [(self.links[j], n) for j, n in sorted(groups.items())]
+        if placement is None or any(a in explicit for a in axes):
+            return [(self.links[j], n) for j, n in sorted(groups.items())]
+        on = [a in axes for a in mesh.names]  # a torus level's dims: the group's share (torus.py)
+        return [
+            (torus_link(self.links[j], [fs[j] for _, fs in placement.factors], on), n)
+            for j, n in sorted(groups.items())
+        ]
 
     @property
     def group_devices(self) -> tuple[int | None, ...]:

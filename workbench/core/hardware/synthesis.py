@@ -201,13 +201,14 @@ def best(
     k = len(levels)
     order = order or (tuple(reversed(range(k))),)
     start = (frozenset(), ())
-    # Dijkstra: (seconds, steps taken, tie, state, bytes now, steps)
-    queue = [(0.0, 0, 0, start, float(nbytes), ())]
+    # Dijkstra on (seconds to 12 digits, steps taken, tie, seconds, state, bytes now, steps):
+    # times equal but for rounding go to the shorter program
+    queue = [(0.0, 0, 0, 0.0, start, float(nbytes), ())]
     settled: set = set()
     tie = itertools.count(1)
     found = None
     while queue:
-        t, n, _, state, size, steps = heapq.heappop(queue)
+        _, n, _, t, state, size, steps = heapq.heappop(queue)
         if state in settled:
             continue
         settled.add(state)
@@ -221,7 +222,8 @@ def best(
             dt, after = _step_time(step, levels, size)
             if _done(kind, k, r, s) and kind == "reduce-scatter" and permuted(s, order):
                 dt += copy_s
-            heapq.heappush(queue, (t + dt, n + 1, next(tie), (r, s), after, (*steps, step)))
+            key = float(f"{t + dt:.12g}")
+            heapq.heappush(queue, (key, n + 1, next(tie), t + dt, (r, s), after, (*steps, step)))
     t, program = found
     if kind == "reduce-scatter":
         program = Program(kind, program.steps, permuted(scatters(program), order))

@@ -27,7 +27,9 @@ TPU_V4 = Hardware(
             1e-6,
             "torus",
             group_size=4096,
+            wraps_at=4,
             sources={
+                "wraps_at": f'{HTSYM_TPU}: "Any multiple of a full cube (e.g. 4x4x4 or 4x4x8) will have wraparounds provided by the optical switches"',
                 "bandwidth": f'{HTSYM_TPU}: TPU v4p "ICI BW/link (bidi, bytes/s) 9e10" (one-way 4.5e10)',
                 "latency": ICI_LATENCY,
                 "group_size": f'{HTSYM_TPU}: "the maximum pod size (called a superpod) is 16x16x16 for TPU v4" (one ICI domain)',
@@ -65,7 +67,9 @@ TPU_V5E = Hardware(
             1e-6,
             "torus",
             group_size=256,
+            wraps_at=16,
             sources={
+                "wraps_at": f'{HTSYM_TPU}: "A TPU v5e 8x16 _will_ have a wraparound on the longer axis"; HTSYM sharding: "TPU v5e only has a wraparound connection when one axis has size 16"',
                 "bandwidth": f'{HTSYM_TPU}: TPU v5e "ICI BW/link (bidi, bytes/s) 1e11"; cloud.google.com/tpu/docs/v5e: "Interchip Interconnect BW 1600 Gbps" per chip over 4 links',
                 "latency": ICI_LATENCY,
                 "group_size": f'{_V5E}: "TPU Pod size 256 chips", "Interconnect topology 2D Torus"',
@@ -103,7 +107,9 @@ TPU_V5P = Hardware(
             1e-6,
             "torus",
             group_size=6144,
+            wraps_at=4,
             sources={
+                "wraps_at": f'{HTSYM_TPU}: "Any multiple of a full cube (e.g. 4x4x4 or 4x4x8) will have wraparounds provided by the optical switches"',
                 "bandwidth": f'{HTSYM_TPU}: TPU v5p "ICI BW/link (bidi, bytes/s) 2e11"; cloud.google.com/tpu/docs/v5p: "Bidirectional inter-chip interconnect (ICI) bandwidth per chip (GBps) 1200" over 6 links',
                 "latency": ICI_LATENCY,
                 "group_size": f'{_V5P}: "Single slice training is supported for up to 6144 chips"',
