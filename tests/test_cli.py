@@ -161,6 +161,28 @@ def test_tactics_on_the_command_line_match_the_strategy_file(saved, capsys):
     assert "hidden='params/layers/0/w'" in out
 
 
+def test_a_placement_on_the_command_line_is_priced_or_said_not_to_apply(capsys):
+    """``Place`` is a tactic like the others: on hardware whose levels it fits, the step is
+    priced under it; on H100's nodes of 8 (the mesh's 8 devices in one) the plan says it
+    does not apply and prices the mesh order."""
+    place = "Place(['nvlink', 'infiniband'], [['batch', [2, 1]], ['model', [2, 2]]])"
+    argv = ["plan", "--model", "lm:tiny", "--mesh", "batch=2,model=4", "--hardware", "h100"]
+    code, out, err = run(capsys, *argv, "--tactics", "BP('batch')", "MP('model')", place)
+    assert code == 0, err
+    assert "schedule  BP('batch'), MP('model'), Place(batch: nvlink 2; model: nvlink 2 x" in out
+    assert (
+        "note      the session's placement (batch: nvlink 2; model: nvlink 2 x infiniband 2;" in out
+    )
+    assert "does not apply to H100 SXM" in out
+    code, placed, _ = run(capsys, *argv, "--json", "--tactics", "BP('batch')", "MP('model')", place)
+    code, bare, _ = run(capsys, *argv, "--json", "--tactics", "BP('batch')", "MP('model')")
+    placed, bare = json.loads(placed)["estimate"], json.loads(bare)["estimate"]
+    assert placed["note"].endswith("priced in mesh order") and bare["note"] == ""
+    assert placed["step_s"] == bare["step_s"]
+    code, _, err = run(capsys, *argv, "--tactics", "Place(['nvlink'], [['batch', [2]]])")
+    assert code == 2 and "places axes ['batch'], but the mesh is" in err
+
+
 def test_mesh_may_repeat_the_files_mesh(saved, capsys):
     _, path = saved
     code, _, err = run(

@@ -26,7 +26,7 @@ from workbench.core.search.tree import Auto
 from workbench.core.session import Session
 from workbench.core.strategies import NAMED
 
-# the named strategies and Role, each registered where it is defined (core/strategies/)
+# the named strategies, Role and Place, each registered where it is defined (core/strategies/)
 globals().update(NAMED)
 
 __all__ = [

@@ -236,6 +236,7 @@ def plan_json(args, session, ex, est) -> dict:
             "communication_s": est.communication_s,
             "by_kind": dict(est.by_kind),
             "flops": est.flops,
+            "note": est.note,  # how it was priced, where a reader must know ("" if nothing)
             "memory": {
                 "peak": m.peak,
                 "capacity": m.capacity,
@@ -280,6 +281,7 @@ def plan_text(args, session, ex, est) -> list[str]:
         f"mesh      {', '.join(f'{k}={v}' for k, v in mesh.axes)} ({mesh.size} devices)",
         f"schedule  {schedule}",
         f"hardware  {est.hardware}, overlap {est.overlap}",
+        *([f"note      {est.note}"] if est.note else []),
         "",
         *_label("step time", format_seconds(est.step_s)),
         *_label("  compute", f"{format_seconds(est.compute_s)} ({est.flops:.3g} FLOP per device)"),

@@ -170,6 +170,7 @@ def test_the_public_face_is_unchanged():
                 "MP",
                 "MQ",
                 "PP",
+                "Place",
                 "SP",
                 "Z2",
                 "Z3",
@@ -194,6 +195,7 @@ def test_the_public_face_is_unchanged():
     session_api = {"apply", "undo", "redo", "reset", "jump", "history", "sharding", "why"}
     session_api |= {"collectives", "estimate", "run", "export_code", "export_jax", "save", "load"}
     session_api |= {"from_jax", "specs", "logical_rules", "conflicts", "plan", "state", "state_at"}
+    session_api |= {"placements", "place"}
     assert session_api <= set(dir(wb.Session))
 
 

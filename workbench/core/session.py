@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
-from dataclasses import dataclass
 from numbers import Integral
 
 from workbench.core.errors import HistoryError, InputError, closest_names, given
@@ -12,33 +12,22 @@ from workbench.core.layout.mesh import Mesh, as_mesh, same_axes
 from workbench.core.layout.sharding import Sharding
 from workbench.core.layout.state import State
 from workbench.core.lowering.arguments import LOWERINGS
-from workbench.core.propagate.explain import ConflictReport, Event, Why, events, report, why
+from workbench.core.propagate.explain import (
+    ConflictReport,
+    Diff,
+    Event,
+    Why,
+    diff,
+    events,
+    report,
+    why,
+)
 from workbench.core.propagate.explain import notes as step_notes
 from workbench.core.propagate.tactics import Tactic, TacticInputError, apply_tactic
 
 
 class StepError(HistoryError, InputError):
     """A step that is not one of the history's: not an integer, negative, or past its end."""
-
-
-@dataclass(frozen=True, slots=True)
-class Diff:
-    """Values whose sharding differs between two steps: ``(name, before, after)``."""
-
-    before: int
-    after: int
-    changes: tuple[tuple[str, Sharding, Sharding], ...]
-
-    @property
-    def names(self) -> list[str]:
-        return [name for name, _, _ in self.changes]
-
-    def __len__(self) -> int:
-        return len(self.changes)
-
-    def __str__(self) -> str:
-        head = f"step {self.before} -> {self.after}: {len(self.changes)} values changed"
-        return "\n".join([head] + [f"  {n}: {a} -> {b}" for n, a, b in self.changes])
 
 
 class Session:
@@ -218,12 +207,7 @@ class Session:
         """What changed between two steps (default: the step before this one, and this one)."""
         after = self._cursor if after is None else self._step(after, "after")
         before = max(after - 1, 0) if before is None else self._step(before, "before")
-        a, b = self.state_at(before), self.state_at(after)
-        changes = tuple(
-            (self.program.values[v].name, a.shardings[v], b.shardings[v])
-            for v in sorted(b.changed_since(a))
-        )
-        return Diff(before, after, changes)
+        return diff(self.program, (before, self.state_at(before)), (after, self.state_at(after)))
 
     # -- the partitioned program ------------------------------------------------------------
     def plan(self, step: int | None = None):
@@ -255,6 +239,7 @@ class Session:
         and peak memory by category. Cached per state, spec and overlap, as plans are."""
         from workbench.core import hardware as presets
         from workbench.core.estimate import check_overlap, estimate
+        from workbench.core.estimate.placements import placed_for
         from workbench.core.estimate.step import placed_twin, repriced
 
         state = self.state if step is None else self._states[self._step(step)]
@@ -262,12 +247,21 @@ class Session:
         check_overlap(overlap)
         cache = self.__dict__.setdefault("_estimates", {}).setdefault(state, {})
         if (hardware, overlap) not in cache:
-            args = (self.program, self.mesh, state, self.plan(step), hardware)
-            twin = placed_twin(cache, hardware, overlap)  # the same but for its placement
-            cache[hardware, overlap] = (
-                estimate(*args, overlap=overlap) if twin is None else repriced(twin, *args)
-            )
+            priced, note = placed_for(self.mesh, state.placement, hardware)  # a Place step's
+            args = (self.program, self.mesh, state, self.plan(step), priced)
+            twin = placed_twin(cache, priced, overlap)  # the same but for its placement
+            e = estimate(*args, overlap=overlap) if twin is None else repriced(twin, *args)
+            cache[hardware, overlap] = e if e.note == note else dataclasses.replace(e, note=note)
         return cache[hardware, overlap]
+
+    def place(self, placement) -> Session:
+        """Fix where the mesh's axes lie on the hardware's levels, as a step of the history
+        (a ``Place``; undo takes it back): a `Placement`, or a `Ranked` of ``placements``.
+        ``estimate`` prices under it on hardware of its levels (and says where it cannot);
+        ``lower`` and ``run`` lay the devices out by it."""
+        from workbench.core.strategies.placing import Place
+
+        return self.apply(Place.of(placement))  # an InputError for anything else
 
     def placements(self, hardware=None, *, overlap="none", limit: int | None = None):
         """Where the mesh's axes may lie on ``hardware``'s levels (which devices form each
@@ -277,11 +271,13 @@ class Session:
 
         return rank(self.mesh, hardware, lambda hw: self.estimate(hw, overlap=overlap), limit)
 
-    def lower(self, kind: str = "explicit", devices=None, donate=(), probes=()):
+    def lower(self, kind: str = "explicit", devices=None, donate=(), probes=(), hardware=None):
         """``(jitted fn of the flat inputs, jax Mesh)`` for ``kind`` "explicit", "constrained" or
         "propagated" (XLA propagating from the input shardings alone); ``donate``: indices of
         inputs whose buffers the step may reuse (``jax.jit``'s ``donate_argnums``); ``probes``:
-        top-level value ids the function also returns, after the outputs."""
+        top-level value ids the function also returns, after the outputs; ``hardware``
+        (explicit only): sums over groups spanning its levels run as the programs the
+        simulator prices them as, over the mesh split by level (``lowering/reductions.py``)."""
         from workbench.core.lowering import constrained, explicit
         from workbench.core.plan.plan import build_plan
 
@@ -293,13 +289,18 @@ class Session:
                 + f" Use one of {list(LOWERINGS)}."
             )
         pipeline = self._pipeline()
+        if hardware is not None and (kind != "explicit" or pipeline is not None):
+            where = f"kind={kind!r}" + (" on a pipelined step" if pipeline else "")
+            raise InputError(f"lower(hardware=...) synthesises reductions in the explicit "
+                             f"lowering of an unpipelined step, not {where}; leave hardware out.")  # fmt: skip
         if pipeline is not None:
             return self._lower_pipeline(pipeline, kind, devices, probes)
         if kind == "explicit":
             plan = build_plan(self.program, self.mesh, self.state, probes) if probes else None
             return explicit.lower_explicit(
-                self.program, self.mesh, self.state, plan or self.plan(), devices, donate, probes
-            )
+                self.program, self.mesh, self.state, plan or self.plan(), devices, donate, probes,
+                hardware,
+            )  # fmt: skip
         if kind == "constrained":
             return constrained.lower_constrained(
                 self.program, self.mesh, self.state, devices, donate, probes
@@ -318,9 +319,11 @@ class Session:
         repeats: int = 5,
         devices=None,
         training_loop: bool = True,
+        hardware=None,
     ):
         """Run on the attached devices; outputs checked against the unpartitioned program,
-        timed (as a training loop runs the step unless ``training_loop=False``; see
+        timed (as a training loop runs the step unless ``training_loop=False``; with
+        ``hardware``, reductions across its levels synthesised: `lower`; see
         `workbench.core.lowering.run.run`)."""
         from workbench.core.lowering.run import run
 
@@ -331,6 +334,7 @@ class Session:
             repeats=repeats,
             devices=devices,
             training_loop=training_loop,
+            hardware=hardware,
         )
 
     # -- import and export ------------------------------------------------------------------

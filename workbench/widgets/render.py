@@ -79,6 +79,7 @@ def estimate(e) -> str:
         + (f" ({kinds})" if kinds else "")
         + f" · memory {format_bytes(m.peak)} of {format_bytes(m.capacity)}: {verdict}"
         + (pipeline(e.pipeline) if e.pipeline else "")
+        + (f' · <span style="color:#8a5300">note: {esc(e.note)}</span>' if e.note else "")
     )
 
 

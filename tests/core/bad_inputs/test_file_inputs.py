@@ -40,6 +40,13 @@ def tile(**fields) -> bytes:
     return doc([{"tactic": "Tile", "selector": "params/**", "dim": 0, "axis": "batch", **fields}])
 
 
+def place(**fields) -> bytes:
+    """A version 4 file whose schedule is one ``Place`` (``fields`` replace its own)."""
+    entry = {"tactic": "Place", "levels": ["nvlink", "infiniband"], **fields}
+    entry.setdefault("factors", [["batch", [2, 1]], ["model", [2, 2]]])
+    return doc([entry], version=4)
+
+
 DEEP = b'{"format": "workbench-strategy", "mesh": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 # name -> (the file's bytes, or a special path; the error; a fragment of its message)
 CASES = {
@@ -135,6 +142,67 @@ CASES = {
         doc([{"tactic": "Imported", "source": "x", "tiles": [["w", "0", "batch"]]}]),
         FileFormatError,
         r"tiles of Imported must be a list of \[selector, dim, axis\]",
+    ),
+    "place levels a string": (
+        place(levels="nvlink"),
+        FileFormatError,
+        r"schedule\[0\]\.levels of Place must be a list of link names",
+    ),
+    "place levels empty": (place(levels=[]), FileFormatError, r"\.levels of Place must be"),
+    "place factors a dict": (
+        place(factors={"batch": [2, 1]}),
+        FileFormatError,
+        r"\.factors holds a dict",
+    ),
+    "place factors flat": (
+        place(factors=["batch", 2, 1]),
+        FileFormatError,
+        r"\.factors of Place must be a list of \[mesh axis, \[factor per level\]\] pairs",
+    ),
+    "place a factor zero": (
+        place(factors=[["batch", [2, 0]], ["model", [2, 2]]]),
+        FileFormatError,
+        r"\.factors of Place must be .*positive integer.*got \(\('batch', \(2, 0\)\)",
+    ),
+    "place a factor negative": (
+        place(factors=[["batch", [-2, -1]], ["model", [2, 2]]]),
+        FileFormatError,
+        r"\.factors of Place must be",
+    ),
+    "place a factor boolean": (
+        place(factors=[["batch", [True, 2]], ["model", [2, 2]]]),
+        FileFormatError,
+        r"\.factors of Place must be",
+    ),
+    "place a factor a float": (
+        place(factors=[["batch", [2.0, 1]], ["model", [2, 2]]]),
+        FileFormatError,
+        r"\.factors of Place must be",
+    ),
+    "place factors per level": (
+        place(factors=[["batch", [2]], ["model", [2, 2]]]),
+        FileFormatError,
+        r"\(Place\): .*axis 'batch' has factors \(2,\); give one int per level",
+    ),
+    "place axes not the mesh's": (
+        place(factors=[["data", [2, 1]], ["model", [2, 2]]]),
+        FileFormatError,
+        r"schedule\[0\]\.factors: .*places axes \['data', 'model'\], but the mesh is",
+    ),
+    "place axes out of order": (
+        place(factors=[["model", [2, 2]], ["batch", [2, 1]]]),
+        FileFormatError,
+        r"\.factors: .*place its axes \['batch', 'model'\], in that order",
+    ),
+    "place products not the sizes": (
+        place(factors=[["batch", [2, 2]], ["model", [2, 1]]]),
+        FileFormatError,
+        r"\.factors: .*splits axis 'batch' into \(2, 2\), whose product is 4, but the mesh",
+    ),
+    "place in a newer version": (
+        place().replace(b'"version": 4', b'"version": 5'),
+        FileFormatError,
+        r"is version 5, written by a newer workbench",
     ),
 }
 

@@ -18,7 +18,11 @@ def levels_of(*specs):
 
 def test_the_grammar_has_the_textbook_programs():
     found = {p.steps for p in programs("all-reduce", 2)}
-    hierarchical = (Step("reduce-scatter", (0,)), Step("all-reduce", (1,)), Step("all-gather", (0,)))
+    hierarchical = (
+        Step("reduce-scatter", (0,)),
+        Step("all-reduce", (1,)),
+        Step("all-gather", (0,)),
+    )
     assert hierarchical in found
     assert (Step("all-reduce", (0, 1)),) in found  # the default: one flat ring
     assert (Step("all-reduce", (0,)), Step("all-reduce", (1,))) in found
@@ -74,9 +78,7 @@ def test_two_levels_run_the_hierarchical_algorithm_and_say_why():
     levels = levels_of(fast, slow)
     nbytes = 1e9
     s = best("all-reduce", nbytes, levels)
-    expected = all_reduce_time(nbytes, 8, 450e9, 1e-6) + all_reduce_time(
-        nbytes / 8, 4, 50e9, 5e-6
-    )
+    expected = all_reduce_time(nbytes, 8, 450e9, 1e-6) + all_reduce_time(nbytes / 8, 4, 50e9, 5e-6)
     assert s.seconds == pytest.approx(expected)
     assert s.default_s == pytest.approx(all_reduce_time(nbytes, 32, 50e9, 5e-6))
     assert s.speedup > 3

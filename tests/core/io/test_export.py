@@ -285,3 +285,63 @@ def test_the_plain_jax_export_survives_edits_that_keep_the_computation():
         out = module.partitioned(f, mesh)(params, batch)
         for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(original(params, batch))):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+
+
+def test_exported_code_rebuilds_a_placement():
+    from workbench.core.hardware.placement import Placement
+
+    _, program = example("lm")
+    s = wb.Session(program, MESH, [BP("batch"), MP("model")])
+    s.place(Placement(("nvlink", "infiniband"), (("batch", (2, 1)), ("model", (2, 2)))))
+    code = s.export_code()
+    assert (
+        "    Place(levels=['nvlink', 'infiniband'], factors=[('batch', (2, 1)), "
+        "('model', (2, 2))]),\n]" in code
+    )
+    assert "from workbench.core.strategies.named import BP, MP, Place" in code
+    again = rebuilt(code, program)
+    assert again.history == s.history and again.state.placement == s.state.placement
+    assert dict(again.state.shardings) == dict(s.state.shardings)
+
+
+def tanh_step(p, x):
+    value, g = jax.value_and_grad(lambda p: jnp.mean(jnp.tanh(x @ p["w1"]) @ p["w2"]))(p)
+    return value, jax.tree.map(lambda a, b: a - 0.1 * b, p, g)
+
+
+@pytest.mark.parametrize("mode", ["constrained", "explicit"])
+def test_the_plain_jax_export_lays_its_mesh_out_as_placed(mode):
+    """With a ``Place`` step, ``make_mesh`` puts at each mesh position the device the
+    placement says (DEVICE_IDS, data), and the step computes what it computes unplaced."""
+    from workbench.core.hardware.placement import Placement
+
+    rng = np.random.default_rng(3)
+    params = {
+        "w1": rng.normal(size=(16, 32)).astype(np.float32),
+        "w2": rng.normal(size=(32, 8)).astype(np.float32),
+    }
+    x = rng.normal(size=(8, 16)).astype(np.float32)
+    mesh = wb.Mesh({"batch": 4, "model": 2})
+    plan = [wb.BP("batch"), wb.Tile("p/w1", 1, "model"), wb.Tile("p/w2", 0, "model")]
+    s = wb.Session(wb.capture(tanh_step, params, x), mesh, plan)
+    unplaced = types.ModuleType("unplaced")
+    exec(compile(s.export_jax(mode), "<exported>", "exec"), unplaced.__dict__)
+    assert unplaced.DEVICE_IDS is None
+    assert [d.id for d in unplaced.make_mesh().devices.flat] == list(range(8))
+    across = Placement(("nvlink", "infiniband"), (("batch", (4, 1)), ("model", (1, 2))))
+    s.place(across)
+    source = s.export_jax(mode)
+    assert "# the device (its index in the devices make_mesh takes) at each mesh" in source
+    module = types.ModuleType("exported")
+    exec(compile(source, "<exported>", "exec"), module.__dict__)
+    ids = across.device_ids(mesh)
+    assert ids.tolist() == module.DEVICE_IDS and (ids.ravel() != np.arange(8)).any()
+    devices = jax.devices()
+    assert [d.id for d in module.make_mesh().devices.flat] == [devices[i].id for i in ids.flat]
+    given = devices[::-1]
+    assert [d.id for d in module.make_mesh(given).devices.flat] == [given[i].id for i in ids.flat]
+    _, jmesh = s.lower()
+    assert [d.id for d in jmesh.devices.flat] == [d.id for d in module.make_mesh().devices.flat]
+    out = module.partitioned(tanh_step)(params, x)
+    for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(jax.jit(tanh_step)(params, x))):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)

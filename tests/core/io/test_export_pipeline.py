@@ -10,6 +10,7 @@ import pytest
 
 import workbench as wb
 from workbench.core.errors import InputError
+from workbench.core.hardware.placement import Placement
 from workbench.core.io.export import _tactic_code, exported_tactics
 from workbench.models import build, lm
 
@@ -22,11 +23,17 @@ def example():
     return ex, wb.capture(ex.fn, *ex.args)
 
 
+#: on two nodes of 4 devices, the four stages inside a node and the data pairs across the
+#: nodes: not the mesh order (which puts each data pair side by side)
+PLACED = Placement(("nvlink", "infiniband"), (("stage", (4, 1)), ("data", (1, 2))))
+
+
 @pytest.fixture(scope="module")
 def exported(example):
-    """The session and its exported module (exported once: ~5 s of lowering)."""
+    """The session, placed, and its exported module (exported once: ~5 s of lowering)."""
     _, program = example
     session = wb.Session(program, MESH, [wb.PP("stage", microbatches=4), wb.BP("data")])
+    session.place(PLACED)
     text = session.export_jax()
     module = types.ModuleType("exported")
     exec(compile(text, "<exported>", "exec"), module.__dict__)
@@ -53,10 +60,17 @@ def test_the_module_writes_out_what_it_compiled(exported):
     session, _, module = exported
     assert [_tactic_code(t) for t in exported_tactics(session)] == module.SCHEDULE
     assert module.SCHEDULE[0].startswith("PP(axis='stage', microbatches=4")
+    assert module.SCHEDULE[-1].startswith("Place(levels=['nvlink', 'infiniband'], factors=")
     assert module.PIPELINE["stages"] == 4 and module.PIPELINE["microbatches"] == 4
     assert [f"stage {s}: blocks {s}" for s in range(4)] == module.STAGES
     assert module.WORK[0] == "F0 F1 F2 F3 B0 B1 B2 B3"  # 1F1B: stage 0 warms up with S
     assert (module.AXES, module.SHAPE) == (("stage", "data"), (4, 2))
+    # the mesh laid out as the session's placement says, as its own lowering lays it out
+    ids = PLACED.device_ids(MESH)
+    assert ids.tolist() == module.DEVICE_IDS and (ids.ravel() != np.arange(8)).any()
+    _, jmesh = session.lower()
+    assert [d.id for d in module.make_mesh().devices.flat] == [d.id for d in jmesh.devices.flat]
+    assert [d.id for d in jmesh.devices.flat] == [jax.devices()[i].id for i in ids.flat]
     program = session.program
     assert len(module.ARGS) == len(program.inputs) and module.ARGS[0][0] == "0/embed"
     assert [o[0] for o in module.OUTS] == list(program.output_names)

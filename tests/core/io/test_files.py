@@ -75,6 +75,37 @@ def test_a_version_2_file_reads_an_import_as_its_tiles(program, tmp_path):
     assert read(s.save(tmp_path / "again.json")) == (mesh, list(tactics))
 
 
+def test_a_placement_saves_and_reads_back(program, tmp_path):
+    """Version 4 adds ``Place``: the file keeps it as data, and the session read back lays
+    its devices out as the one saved."""
+    from workbench.core.hardware.placement import Placement
+
+    s = wb.Session(program, MESH, [wb.BP("batch")])
+    s.place(Placement(("nvlink", "infiniband"), (("batch", (2, 1)), ("model", (2, 2)))))
+    data = json.loads(s.save(tmp_path / "placed.json").read_text())
+    assert data["version"] == 4 == schema.VERSION
+    assert data["schedule"][-1] == {
+        "tactic": "Place",
+        "levels": ["nvlink", "infiniband"],
+        "factors": [["batch", [2, 1]], ["model", [2, 2]]],
+    }
+    again = wb.Session.load(program, tmp_path / "placed.json")
+    assert again.history == s.history and again.state.placement == s.state.placement
+    newer = {**data, "version": 5}
+    (tmp_path / "newer.json").write_text(json.dumps(newer))
+    with pytest.raises(wb.FileFormatError, match=r"is version 5, written by a newer workbench"):
+        read(tmp_path / "newer.json")
+
+
+def test_a_version_3_file_reads_as_it_was_written(program, tmp_path):
+    s = wb.Session(program, MESH, [wb.BP("batch"), wb.Tile("params/**/w", -1, "model")])
+    old = {**to_json(s), "version": 3}
+    assert schema.migrate(old) == to_json(s)
+    path = tmp_path / "v3.json"
+    path.write_text(json.dumps(old))
+    assert read(path) == (MESH, list(s.history))
+
+
 def test_every_version_below_the_current_has_a_migration():
     assert set(schema.MIGRATIONS) == set(range(1, schema.VERSION))
 

@@ -1,6 +1,7 @@
 """Placements ranked by the simulated step: `rank` prices one plan under each placement of
 its mesh on a hardware's levels (``hardware/placement.py``) and sorts them, fastest first;
-each `Ranked` keeps its estimate, so what every collective costs under it can be read."""
+each `Ranked` keeps its estimate, so what every collective costs under it can be read.
+`placed_for`: the hardware a session's placement (a ``Place`` step) prices under."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from dataclasses import dataclass
 
 from workbench.core.errors import InputError, given
 from workbench.core.estimate.step import Estimate
+from workbench.core.hardware.levels import HardwareError
 from workbench.core.hardware.names import resolve
-from workbench.core.hardware.placement import LIMIT, Placement, placements
+from workbench.core.hardware.placement import LIMIT, Placement, level_sizes, placements
 from workbench.core.hardware.spec import Hardware
 from workbench.core.layout.mesh import Mesh
 from workbench.core.units import format_seconds
@@ -84,3 +86,36 @@ def rank(
     ranked.sort(key=lambda r: r.estimate.step_s)
     total = len(every) if len(every) <= limit else len(placements(mesh, hardware.links, 10**6))
     return Placements(ranked, total, limit)
+
+
+def placed_for(mesh: Mesh, placement: Placement | None, hardware: Hardware) -> tuple[Hardware, str]:
+    """The hardware to price a state under whose placement is ``placement`` (its last
+    ``Place`` step's; None: none), and a note for the estimate ("" when none is needed).
+    A hardware with a placement of its own keeps it; otherwise the state's applies where
+    it is on the hardware's levels and fits them, and where not the hardware is priced as
+    given (the mesh order) and the note says so."""
+    if placement is None:
+        return hardware, ""
+    if hardware.placement is not None:
+        if hardware.placement == placement:
+            return hardware, ""
+        return hardware, (
+            f"priced under {hardware.name}'s own placement ({hardware.placement}), not the "
+            f"session's ({placement})"
+        )
+    names = tuple(x.name for x in hardware.links)
+    sizes = level_sizes(mesh, hardware.links)
+    if placement.levels != names:
+        why = f"whose levels are {', '.join(names)}"
+    elif sizes is None:
+        why = f"whose levels do not divide the mesh's {mesh.size} devices"
+    else:
+        try:
+            placement.check(mesh, sizes)
+            return hardware.with_placement(placement), ""
+        except HardwareError as err:
+            why = f"whose groups it does not fit ({str(err).rstrip('.')})"
+    return hardware, (
+        f"the session's placement ({placement}; levels {', '.join(placement.levels)}) does "
+        f"not apply to {hardware.name}, {why}; priced in mesh order"
+    )

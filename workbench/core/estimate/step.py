@@ -42,6 +42,9 @@ class Estimate:
     #: are the busiest stage's (communication_s: its sends and receives and its other axes'
     #: collectives, in sequence; step_s the timeline's), and memory the highest stage peak
     pipeline: PipelineEstimate | None = field(default=None, repr=False)
+    #: what a reader must know about how it was priced (a session's placement that does not
+    #: apply to the hardware: ``estimate.placements.placed_for``); "" when nothing
+    note: str = ""
 
     def by_tactic(self) -> dict[int | None, float]:
         """Communication seconds per tactic index (None: no tactic behind it)."""
@@ -56,7 +59,7 @@ class Estimate:
             f"step {format_seconds(self.step_s)} on {self.hardware} (compute {format_seconds(self.compute_s)}, "
             f"communication {format_seconds(self.communication_s)}{': ' + kinds if kinds else ''}; "
             f"overlap {self.overlap}); memory {self.memory}"
-        )
+        ) + (f"; NOTE: {self.note}" if self.note else "")
 
     def __repr__(self) -> str:
         from workbench.core import display as d
@@ -72,8 +75,11 @@ class Estimate:
             + ", ".join(f"{k} {d.format_bytes(v)}" for k, v in m.at_peak.items() if v),
             f"{self.flops:.3g} flops, {self.kernels} kernels, {len(self.collectives)} collectives",
         ]
+        body = [d.clip(b) for b in body]
+        if self.note:  # whole, unclipped: it says how to read the figures
+            body.insert(0, f"NOTE: {self.note}")
         head = f"Estimate on {self.hardware}: step {format_seconds(self.step_s)} per device"
-        return d.lines(head, [d.clip(b) for b in body])
+        return d.lines(head, body)
 
     def _repr_html_(self) -> str:
         from workbench.core import display as d
@@ -100,6 +106,7 @@ class Estimate:
         )
         return d.panel(
             f"Estimate on {self.hardware}: step {format_seconds(self.step_s)} per device",
+            d.facts([("note", self.note)]) if self.note else "",
             d.table(("time", ""), time),
             d.table(("memory at the peak", ""), mem),
             d.details(f"the {len(slow)} slowest of {len(self.collectives)} collectives", colls),

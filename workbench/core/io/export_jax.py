@@ -11,7 +11,7 @@ lines, renamed locals, code moved into helpers.
 from __future__ import annotations
 
 from workbench.core.errors import InputError, WorkbenchError, given
-from workbench.core.io.export import literal
+from workbench.core.io.export import comment, literal
 from workbench.core.io.structure import SOURCE, structural_keys
 from workbench.core.lowering.constrained import SPATIAL_CONV_FAULTY, spatial_tilings
 from workbench.core.ops import calls
@@ -35,6 +35,7 @@ from jax.sharding import PartitionSpec as P
 
 AXES = {axes}
 SHAPE = {shape}
+{device_ids}
 
 # one spec per leaf of the arguments and of the outputs, in jax.tree_util order
 IN_SPECS = [
@@ -61,12 +62,18 @@ FAULTY_BACKENDS = {faulty}
 {structure}
 
 
+def grid(devices):
+    """``devices`` in SHAPE: in their order, or where DEVICE_IDS says."""
+    devices = np.asarray(devices, dtype=object)
+    return devices.reshape(SHAPE) if DEVICE_IDS is None else devices[np.asarray(DEVICE_IDS)]
+
+
 def make_mesh(devices=None):
     """A mesh of SHAPE over ``devices`` (default: every device of every host)."""
     devices = jax.devices() if devices is None else list(devices)
     if len(devices) != int(np.prod(SHAPE)):
         raise ValueError(f"this strategy needs {{int(np.prod(SHAPE))}} devices ({{dict(zip(AXES, SHAPE))}}); {{len(devices)}} are attached")
-    return Mesh(np.asarray(devices, dtype=object).reshape(SHAPE), AXES)
+    return Mesh(grid(devices), AXES)
 
 
 def _evaluate(jaxpr, consts, args, mesh, keys):
@@ -159,6 +166,7 @@ from jax.sharding import PartitionSpec as P
 
 AXES = {axes}
 SHAPE = {shape}
+{device_ids}
 
 # one spec per leaf of the arguments and of the outputs, in jax.tree_util order
 IN_SPECS = [
@@ -182,13 +190,18 @@ LAYOUT_PARAMS = ("out_sharding", "sharding", "dst_sharding")
 {structure}
 
 
+def grid(devices):
+    """``devices`` in SHAPE: in their order, or where DEVICE_IDS says."""
+    devices = np.asarray(devices, dtype=object)
+    return devices.reshape(SHAPE) if DEVICE_IDS is None else devices[np.asarray(DEVICE_IDS)]
+
+
 def make_mesh(devices=None):
     """A mesh of SHAPE with Explicit axes over ``devices`` (default: every device)."""
     devices = jax.devices() if devices is None else list(devices)
     if len(devices) != int(np.prod(SHAPE)):
         raise ValueError(f"this strategy needs {{int(np.prod(SHAPE))}} devices ({{dict(zip(AXES, SHAPE))}}); {{len(devices)}} are attached")
-    grid = np.asarray(devices, dtype=object).reshape(SHAPE)
-    return Mesh(grid, AXES, axis_types=(AxisType.Explicit,) * len(AXES))
+    return Mesh(grid(devices), AXES, axis_types=(AxisType.Explicit,) * len(AXES))
 
 
 def _evaluate(jaxpr, consts, args, mesh, keys, seen):
@@ -266,6 +279,19 @@ def partitioned(fn, mesh=None):
 MODES = ("constrained", "explicit")
 
 
+def device_ids_code(session) -> str:
+    """The module's ``DEVICE_IDS`` line: the device (its index in the list ``make_mesh``
+    takes) at each mesh position, as the session's placement (a ``Place`` step) lays the
+    mesh's axes on the hardware's levels; None (the devices in order) without one."""
+    placement = session.state.placement
+    ids = None if placement is None else placement.device_ids(session.mesh).tolist()
+    where = f"as placed: {placement}" if placement is not None else "None: in the order given"
+    return (
+        "# the device (its index in the devices make_mesh takes) at each mesh position; "
+        f"{comment(where)}\nDEVICE_IDS = {literal(ids)}"
+    )
+
+
 def _spec_code(sharding) -> str:
     parts = []
     for axes in sharding.dims:
@@ -314,6 +340,7 @@ def export_jax(session, mode: str = "constrained") -> str:
             mesh_text=literal(dict(mesh.axes)),
             axes=literal(mesh.names),
             shape=literal(mesh.sizes),
+            device_ids=device_ids_code(session),
             in_specs="\n".join(in_specs),
             out_specs="\n".join(out_specs),
             constraints="\n".join(constraints),
@@ -327,6 +354,7 @@ def export_jax(session, mode: str = "constrained") -> str:
         mesh_text=literal(dict(mesh.axes)),
         axes=literal(mesh.names),
         shape=literal(mesh.sizes),
+        device_ids=device_ids_code(session),
         in_specs="\n".join(in_specs),
         out_specs="\n".join(out_specs),
         constraints="\n".join(constraints),

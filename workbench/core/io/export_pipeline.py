@@ -19,7 +19,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from workbench.core.errors import InputError, WorkbenchError, given
 from workbench.core.io.export import _tactic_code, exported_tactics, literal
-from workbench.core.io.export_jax import MODES, _spec_code
+from workbench.core.io.export_jax import MODES, _spec_code, device_ids_code
 
 #: platforms the artifact is lowered for (jax.export lowers for each, no device needed);
 #: when one fails to lower, the artifact holds the exporting platform's only
@@ -50,6 +50,7 @@ from jax.sharding import PartitionSpec as P
 
 AXES = {axes}
 SHAPE = {shape}
+{device_ids}
 PLATFORMS = {platforms}
 
 # the workbench schedule this step was planned with (workbench.Session(program, mesh, ...))
@@ -95,7 +96,9 @@ def make_mesh(devices=None):
     devices = jax.devices() if devices is None else list(devices)
     if len(devices) != int(np.prod(SHAPE)):
         raise ValueError(f"this pipelined step was compiled for {{int(np.prod(SHAPE))}} devices ({{dict(zip(AXES, SHAPE))}}); {{len(devices)}} are attached. Run it on that many, or export it again from a session on a mesh of these.")
-    return Mesh(np.asarray(devices, dtype=object).reshape(SHAPE), AXES)
+    devices = np.asarray(devices, dtype=object)
+    grid = devices.reshape(SHAPE) if DEVICE_IDS is None else devices[np.asarray(DEVICE_IDS)]
+    return Mesh(grid, AXES)
 
 
 def load():
@@ -212,6 +215,7 @@ def export_pipeline(session, pipeline, mode: str = "constrained") -> str:
         pipeline=literal(str(pipeline)),
         axes=literal(session.mesh.names),
         shape=literal(session.mesh.sizes),
+        device_ids=device_ids_code(session),
         platforms=literal(platforms),
         schedule="\n".join(f"    {literal(_tactic_code(t))}," for t in exported_tactics(session)),
         facts=literal(facts),

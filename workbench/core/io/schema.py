@@ -8,7 +8,9 @@ of axis sizes and a ``schedule`` of tactics, each named from a fixed table of cl
 (``tactic_classes``) with fields of the kinds their declarations say. Reading imports
 nothing a file names and executes nothing. Version 1 (``"format": "workbench-strategy/1"``,
 no ``version``) is version 2 without the ``version`` field; version 3 adds ``Imported``'s
-``whole`` (the values a type holds whole per axis), which a version-2 file never names.
+``whole`` (the values a type holds whole per axis), which a version-2 file never names;
+version 4 adds ``Place`` (where the mesh's axes lie on a hardware's levels), which no older
+file names: each migration copies the document and sets its version.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from workbench.core.errors import FileFormatError, InputError, LimitError, MeshE
 from workbench.core.layout.mesh import Mesh
 
 FORMAT = "workbench-strategy"
-VERSION = 3
+VERSION = 4
 MAX_BYTES = 4 * 2**20
 MAX_DEPTH = 8  # a file nests 5 deep: document, schedule, tactic, field, a triple
 MAX_TACTICS = 1000
@@ -43,7 +45,7 @@ def tactic_classes() -> dict[str, type]:
     from workbench.core.strategies import NAMED
 
     classes = {c.__name__: c for c in (tactics.Tile, tactics.Replicate, tactics.Atomic, Imported)}
-    classes.update(NAMED)  # the named strategies and Role, as each registered itself
+    classes.update(NAMED)  # the named strategies, Role and Place, as each registered itself
     from workbench.core.search.tree import Auto
 
     classes["Auto"] = Auto
@@ -158,7 +160,12 @@ def _v2_to_v3(data: dict) -> dict:
     return {**data, "version": 3}
 
 
-MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3}  # version -> the function that makes it the next version
+def _v3_to_v4(data: dict) -> dict:
+    # version 4 adds Place, which a version-3 file never names: the rest reads as it was
+    return {**data, "version": 4}
+
+
+MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}  # version -> makes it the next version
 
 
 def migrate(data, source: str = "strategy file") -> dict:
@@ -224,7 +231,14 @@ def tactics_from_data(data: dict, source: str = "strategy file") -> tuple[Mesh, 
             f"{source}: its schedule holds {len(schedule)} tactics; at most {MAX_TACTICS}."
         )
     classes = tactic_classes()
-    return mesh, [_tactic(e, f"{source}: schedule[{i}]", classes) for i, e in enumerate(schedule)]
+    tactics = [_tactic(e, f"{source}: schedule[{i}]", classes) for i, e in enumerate(schedule)]
+    for i, tactic in enumerate(tactics):  # a Place names the mesh's axes and their sizes
+        if hasattr(tactic, "check_mesh"):
+            try:
+                tactic.check_mesh(mesh)
+            except InputError as err:
+                raise FileFormatError(f"{source}: schedule[{i}].factors: {err}") from err
+    return mesh, tactics
 
 
 def _mesh(axes, source: str) -> Mesh:
@@ -339,6 +353,29 @@ def _triples(v) -> bool:
     )
 
 
+def _levels(v) -> bool:
+    return isinstance(v, tuple) and bool(v) and all(isinstance(x, str) and x for x in v)
+
+
+def _factors(v) -> bool:
+    def positive(f):
+        return isinstance(f, int) and not isinstance(f, bool) and f >= 1
+
+    return (
+        isinstance(v, tuple)
+        and bool(v)
+        and all(
+            isinstance(e, tuple)
+            and len(e) == 2
+            and isinstance(e[0], str)
+            and isinstance(e[1], tuple)
+            and bool(e[1])
+            and all(map(positive, e[1]))
+            for e in v
+        )
+    )
+
+
 #: Per kind of field: what a value read from a file must pass, and how to say it.
 _ACCEPTS = {
     str: (_strings, "a string or a list of strings"),
@@ -347,7 +384,15 @@ _ACCEPTS = {
     float: (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
     bool: (lambda v: isinstance(v, bool), "true or false"),
     "triples": (_triples, "a list of [selector, dim, axis] lists"),
+    "levels": (_levels, 'a list of link names, innermost first (e.g. ["nvlink", "infiniband"])'),
+    "factors": (
+        _factors,
+        "a list of [mesh axis, [factor per level]] pairs, each factor a positive integer "
+        '(e.g. [["data", [2, 4]], ["model", [4, 1]]])',
+    ),
 }
+#: Declared types named for a kind of their own (``imports.Triples``, ``placing.Levels``)
+_NAMED_KINDS = {"Triples": "triples", "Levels": "levels", "Factors": "factors"}
 _TYPES = {"str": str, "int": int, "float": float, "bool": bool, "Selector": str}
 
 
@@ -360,8 +405,8 @@ def check_field(cls, f, value, where: str) -> None:
     base = declared.split("|")[0].strip()
     if f.default not in (MISSING, None):
         kind = type(f.default)
-    elif base == "Triples":
-        kind = "triples"
+    elif base in _NAMED_KINDS:
+        kind = _NAMED_KINDS[base]
     else:
         kind = tuple if base.startswith("tuple") else _TYPES.get(base)
     if kind in _ACCEPTS and not _ACCEPTS[kind][0](value):

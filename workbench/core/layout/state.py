@@ -104,6 +104,16 @@ class State:
         """The last tactic's decisions (axis on a value), in order."""
         return tuple(e for e in self.events if isinstance(e, Provenance))
 
+    @property
+    def placement(self):
+        """Where the mesh's axes lie on a hardware's levels: the ``placement`` of the last
+        tactic of the schedule that has one (a ``Place`` step), else None."""
+        for tactic in reversed(self.schedule):
+            placement = getattr(tactic, "placement", None)
+            if placement is not None:
+                return placement
+        return None
+
     @classmethod
     def initial(cls, program) -> State:
         whole: dict = {}  # (shape, dtype) -> its unsharded sharding, made once

@@ -57,7 +57,7 @@ def lower_constrained(program, mesh: Mesh, state, devices=None, donate=(), probe
     constraints; ``donate``: indices of inputs whose buffers it may reuse; ``probes``: value
     ids also returned, after the outputs."""
     guard_backend(program, state, devices)
-    jmesh = jax_mesh(mesh, devices)
+    jmesh = jax_mesh(mesh, devices, state.placement)
     interp = _Constrained(program, state, jmesh, probes)
     in_shardings = tuple(NamedSharding(jmesh, spec(state.shardings[v])) for v in program.inputs)
     out_shardings = tuple(
@@ -79,7 +79,7 @@ def lower_constrained(program, mesh: Mesh, state, devices=None, donate=(), probe
 def lower_propagated(program, mesh: Mesh, state, devices=None, donate=(), probes=()):
     """XLA's own propagation from the input shardings alone (for comparison with ours);
     ``donate`` and ``probes`` as for `lower_constrained`."""
-    jmesh = jax_mesh(mesh, devices)
+    jmesh = jax_mesh(mesh, devices, state.placement)
     interp = _Global(program, probes)
     in_shardings = tuple(NamedSharding(jmesh, spec(state.shardings[v])) for v in program.inputs)
 

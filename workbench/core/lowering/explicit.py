@@ -17,6 +17,8 @@ from jax.sharding import PartitionSpec
 from workbench.core.ir.program import Lit
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.redistribute import as_layout, layout_key
+from workbench.core.lowering import reductions
+from workbench.core.lowering.arguments import check_devices
 from workbench.core.lowering.interpret import Interpreter, literal
 from workbench.core.lowering.local import bind_local
 from workbench.core.lowering.steps import run_step
@@ -71,34 +73,73 @@ class _Explicit(Interpreter):
         return env
 
 
-def spec(sharding) -> PartitionSpec:
-    return PartitionSpec(*sharding.spec())
+def spec(sharding, jmesh: jax.sharding.Mesh | None = None) -> PartitionSpec:
+    """``sharding``'s PartitionSpec; over ``jmesh`` split by level (`reductions.split_mesh`),
+    each axis named by its parts, outermost first."""
+    entries = sharding.spec()
+    if jmesh is None:
+        return PartitionSpec(*entries)
+    parts = reductions.parts_of(jmesh)
+    if not parts:
+        return PartitionSpec(*entries)
+
+    def named(entry):
+        if entry is None:
+            return None
+        axes = (entry,) if isinstance(entry, str) else entry
+        names = tuple(n for a in axes for n in parts.get(a, (a,)))
+        return names[0] if len(names) == 1 else names
+
+    return PartitionSpec(*(named(e) for e in entries))
 
 
-def jax_mesh(mesh: Mesh, devices=None) -> jax.sharding.Mesh:
-    """A ``jax.sharding.Mesh`` over ``devices`` (default: all attached), shaped like ``mesh``;
-    a ``DeviceError`` saying what would work when they are not as many as it spans."""
-    from workbench.core.lowering.arguments import check_devices
-
+def jax_mesh(mesh: Mesh, devices=None, placement=None) -> jax.sharding.Mesh:
+    """A ``jax.sharding.Mesh`` over ``devices`` (default: all attached), shaped like ``mesh``:
+    in their order, or with ``placement`` (a state's, ``State.placement``) the device at each
+    position ``devices[placement.device_ids(mesh)[position]]``; a ``DeviceError`` saying what
+    would work when they are not as many as it spans."""
     check_devices(mesh, devices)
-    devices = list(
-        jax.devices() if devices is None else np.ravel(np.asarray(devices, dtype=object))
+    devices = np.asarray(
+        list(jax.devices() if devices is None else np.ravel(np.asarray(devices, dtype=object))),
+        dtype=object,
     )
-    return jax.sharding.Mesh(np.asarray(devices, dtype=object).reshape(mesh.sizes), mesh.names)
+    grid = devices.reshape(mesh.sizes) if placement is None else devices[placement.device_ids(mesh)]
+    return jax.sharding.Mesh(grid, mesh.names)
 
 
-def lower_explicit(program, mesh: Mesh, state, plan: Plan, devices=None, donate=(), probes=()):
+def lower_explicit(
+    program,
+    mesh: Mesh,
+    state,
+    plan: Plan,
+    devices=None,
+    donate=(),
+    probes=(),
+    hardware=None,
+):
     """A jitted function of the program's flat inputs, partitioned per the plan; ``donate``:
     indices of inputs whose buffers it may reuse (see ``jax.jit``'s ``donate_argnums``);
-    ``probes``: the values of ``plan.probes``, returned after the outputs."""
-    jmesh = jax_mesh(mesh, devices)
+    ``probes``: the values of ``plan.probes``, returned after the outputs. With
+    ``hardware`` (a `Hardware` whose levels a placement splits the mesh over: the state's,
+    else its own, else the mesh order's), the mesh's axes are split by level and each sum
+    over a group spanning levels runs as the program the simulator prices it as
+    (`reductions.synthesising`)."""
+    placed = reductions.placed_for(mesh, state, hardware)
+    if placed is None:
+        jmesh = jax_mesh(mesh, devices, state.placement)
+    else:
+        check_devices(mesh, devices)
+        jmesh = reductions.split_mesh(mesh, placed.placement, devices)
     interp = _Explicit(program, mesh, plan, state, probes)
-    in_specs = tuple(spec(state.shardings[v]) for v in program.inputs)
+    in_specs = tuple(spec(state.shardings[v], jmesh) for v in program.inputs)
     fetches = (*plan.outputs, *plan.probes)
-    out_specs = tuple(spec(f.dst) if f is not None else PartitionSpec() for f in fetches)
+    out_specs = tuple(spec(f.dst, jmesh) if f is not None else PartitionSpec() for f in fetches)
 
     def per_device(*flat):
-        return tuple(interp(*flat))
+        if placed is None:
+            return tuple(interp(*flat))
+        with reductions.synthesising(mesh, placed):
+            return tuple(interp(*flat))
 
     mapped = jax.shard_map(
         per_device, mesh=jmesh, in_specs=in_specs, out_specs=out_specs, check_vma=False

@@ -333,7 +333,7 @@ def lower_pipeline(program, mesh: Mesh, axis: str, cuts, schedule, devices=None,
 
     if devices is None:  # the first devices the mesh spans
         devices = jax.devices()[: math.prod(mesh.sizes)]
-    jmesh = jax_mesh(mesh, devices)
+    jmesh = jax_mesh(mesh, devices, state.placement)
     mapped = jax.shard_map(
         per_device,
         mesh=jmesh,

@@ -13,7 +13,9 @@ result's order.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from contextvars import ContextVar
 
 import jax
 import jax.numpy as jnp
@@ -21,9 +23,14 @@ import numpy as np
 from jax import lax
 
 from workbench.core.errors import InputError, given
+from workbench.core.hardware.collectives import synthesised
 from workbench.core.hardware.placement import Placement
-from workbench.core.hardware.synthesis import Program, scatters
+from workbench.core.hardware.synthesis import REDUCTIONS, Program, scatters
 from workbench.core.layout.mesh import Mesh
+from workbench.core.ops.local import split_axes
+
+#: While a lowering traces with reductions synthesised: (mesh, hardware placed).
+_ACTIVE: ContextVar[tuple | None] = ContextVar("synthesising", default=None)
 
 
 def sub_axes(placement: Placement, axis: str) -> tuple[tuple[str, int, int], ...]:
@@ -46,6 +53,75 @@ def split_mesh(mesh: Mesh, placement: Placement, devices=None) -> jax.sharding.M
     parts = [p for axis in mesh.names for p in sub_axes(placement, axis)]
     ids = placement.device_ids(mesh).reshape([f for _, _, f in parts])
     return jax.sharding.Mesh(devices[ids], tuple(name for name, _, _ in parts))
+
+
+def parts(mesh: Mesh, placement: Placement) -> dict[str, tuple[str, ...]]:
+    """Each axis of ``mesh`` -> the names of its parts in `split_mesh` (outermost first)."""
+    return {a: tuple(name for name, _, _ in sub_axes(placement, a)) for a in mesh.names}
+
+
+@contextlib.contextmanager
+def synthesising(mesh: Mesh, hardware):
+    """Within this block (a lowering tracing over `split_mesh` of ``hardware.placement``),
+    every collective names the parts of the axes it runs over, and each sum over axes
+    whose group spans levels runs as the program ``hardware`` prices it as (`chosen`)."""
+    token = _ACTIVE.set((mesh, hardware))
+    try:
+        with split_axes(parts(mesh, hardware.placement)):
+            yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def parts_of(jmesh: jax.sharding.Mesh) -> dict[str, tuple[str, ...]]:
+    """Each mesh axis -> its parts in a mesh `split_mesh` made (``data@1``, ``data@0``, in
+    its order); empty for a mesh not split (mesh axis names are identifiers: no ``@``)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for name in jmesh.axis_names:
+        if "@" in name:
+            axis = name.split("@")[0]
+            out[axis] = (*out.get(axis, ()), name)
+    return out
+
+
+def placed_for(mesh: Mesh, state, hardware):
+    """``hardware`` placed as a lowering that synthesises reductions runs it (the state's
+    placement, else the hardware's own, else the mesh order's), or None: no hardware, or
+    levels that do not divide the mesh. A placement on other levels than ``hardware``'s
+    is an `InputError`."""
+    if hardware is None:
+        return None
+    from workbench.core.hardware.names import resolve
+    from workbench.core.hardware.placement import placed
+
+    hardware = resolve(hardware)
+    chosen = getattr(state, "placement", None) or hardware.placement
+    if chosen is not None and chosen.levels != tuple(x.name for x in hardware.links):
+        raise InputError(
+            f"the placement {chosen} is on levels {chosen.levels}, but {hardware.name!r} has "
+            f"{tuple(x.name for x in hardware.links)}; give the hardware it was made for."
+        )
+    chosen = placed(chosen, mesh, hardware.links)
+    return None if chosen is None else hardware.with_placement(chosen)
+
+
+def placement() -> Placement:
+    """The placement of the lowering tracing now (inside `synthesising`)."""
+    return _ACTIVE.get()[1].placement
+
+
+def chosen(step) -> Program | None:
+    """The synthesised program a redistribution ``step`` runs as: a sum (all-reduce or
+    reduce-scatter) over a group spanning levels, while `synthesising`; else None."""
+    active = _ACTIVE.get()
+    if active is None or step.kind not in REDUCTIONS or step.bytes <= 0:
+        return None
+    if step.kind == "all-reduce" and step.reduction != "sum":
+        return None
+    mesh, hardware = active
+    if len(hardware.spread(mesh, step.axes)) < 2:
+        return None
+    return synthesised(step.kind, step.bytes, step.axes, mesh, hardware).program
 
 
 def group_levels(placement: Placement, axes) -> tuple[int, ...]:

@@ -286,7 +286,7 @@ def fingerprint(flat) -> tuple:
 PROBE_BYTES = 1 << 28
 
 
-def first_difference(session, flat, *, lowering, devices=None) -> str | None:
+def first_difference(session, flat, *, lowering, devices=None, hardware=None) -> str | None:
     """Where the partitioned program first departs from the unpartitioned one: the first
     top-level value, in program order, whose partitioned result is farther from float64
     than the verdict allows, with its op and the tactics that shaped it."""
@@ -308,9 +308,9 @@ def first_difference(session, flat, *, lowering, devices=None) -> str | None:
         candidates.append(v)
     if not candidates:
         return None
-    fn, jmesh = session.lower(lowering, devices=devices, probes=candidates)
+    fn, jmesh = session.lower(lowering, devices=devices, probes=candidates, hardware=hardware)
     placed = [
-        jax.device_put(a, NamedSharding(jmesh, spec(state.shardings[v])))
+        jax.device_put(a, NamedSharding(jmesh, spec(state.shardings[v], jmesh)))
         for a, v in zip(flat, program.inputs)
     ]
     n = len(program.outputs)
@@ -352,15 +352,19 @@ class TrainingStep:
     inputs an output replaces (`workbench.core.estimate.memory.donations`) are donated, and the
     next call reads that output in their place. The arrays given are never consumed."""
 
-    def __init__(self, session, flat, *, lowering="explicit", devices=None, training_loop=True):
+    def __init__(
+        self, session, flat, *, lowering="explicit", devices=None, training_loop=True, hardware=None
+    ):
         from workbench.core.estimate import donations
 
         program, state = session.program, session.state
         carried = donations(program, state) if training_loop else {}  # output -> input index
         self.donated = tuple(sorted(set(carried.values())))
-        fn, self.mesh = session.lower(lowering, devices=devices, donate=self.donated)
+        fn, self.mesh = session.lower(
+            lowering, devices=devices, donate=self.donated, hardware=hardware
+        )
         self.shardings = [
-            NamedSharding(self.mesh, spec(state.shardings[v])) for v in program.inputs
+            NamedSharding(self.mesh, spec(state.shardings[v], self.mesh)) for v in program.inputs
         ]
         self.inputs = [  # a donated input is a copy: the caller's arrays survive
             jax.device_put(host_copy(a) if i in self.donated else a, sh)
@@ -400,6 +404,7 @@ def run(
     repeats: int = 5,
     devices=None,
     training_loop: bool = True,
+    hardware=None,
 ) -> RunResult:
     """Run the session's step on the attached devices: the first step's outputs are checked
     against the unpartitioned program's, then ``repeats`` steps are timed.
@@ -408,7 +413,9 @@ def run(
     simulator's memory and step time assume): the inputs an output replaces (parameters and
     optimizer state, see `workbench.core.estimate.memory.donations`) are donated, and each step
     reads the previous step's outputs in their place. The arrays given are copied, never
-    consumed. Without it, every step runs on the same inputs and donates nothing.
+    consumed. Without it, every step runs on the same inputs and donates nothing. With
+    ``hardware`` (explicit lowering), each sum over a group spanning its levels runs as the
+    program of per-level collectives the simulator prices it as (`Session.lower`).
 
     Its stages show on a status line (`workbench.core.progress`); a KeyboardInterrupt
     propagates and leaves the session and the program's caches as they were."""
@@ -418,7 +425,12 @@ def run(
     with progress.Status(f"run ({lowering})"):
         progress.stage("compiling the partitioned step")
         step = TrainingStep(
-            session, flat, lowering=lowering, devices=devices, training_loop=training_loop
+            session,
+            flat,
+            lowering=lowering,
+            devices=devices,
+            training_loop=training_loop,
+            hardware=hardware,
         )
         progress.stage("first step")
         outputs = step(keep=True)  # warm-up, and the outputs checked
@@ -435,7 +447,9 @@ def run(
         verdict = judge(program, outputs, reference, ref, scales, tolerance_dtypes(program))
         if not verdict.agree:
             progress.stage("finding where the runs part")
-            first = first_difference(session, flat, lowering=lowering, devices=devices)
+            first = first_difference(
+                session, flat, lowering=lowering, devices=devices, hardware=hardware
+            )
             verdict = dataclasses.replace(verdict, first=first)
         progress.stage("outputs agree" if verdict.agree else "outputs DIFFER")
     mem = step.compiled.memory_analysis()

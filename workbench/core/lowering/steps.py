@@ -10,11 +10,13 @@ from jax import lax
 from workbench.core.dtypes import is_extended
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.redistribute import Step
-from workbench.core.ops.local import shard_index
+from workbench.core.lowering import reductions
+from workbench.core.ops.local import jax_axes, shard_index
 
 
 def _names(axes):
-    return axes[0] if len(axes) == 1 else tuple(axes)
+    names = jax_axes(axes)  # an axis a placement splits by level: its parts
+    return names[0] if len(names) == 1 else names
 
 
 def run_step(x, step: Step, mesh: Mesh, again: bool = False):
@@ -40,7 +42,7 @@ def _run(x, step: Step, mesh: Mesh, again: bool = False):
     if kind == "mask":
         first = jnp.ones((), bool)
         for axis in axes:
-            first = first & (lax.axis_index(axis) == 0)
+            first = first & (lax.axis_index(_names((axis,))) == 0)
         if step.reduction == "sum":
             return jnp.where(first, x, jnp.zeros((), x.dtype))
         return x  # a whole value is already a valid pending max or min
@@ -50,6 +52,9 @@ def _run(x, step: Step, mesh: Mesh, again: bool = False):
             shape[step.dim] *= int(np.prod([mesh.axis_size(a) for a in axes]))
             return lax.all_gather(x, _names(axes), axis=step.dim, tiled=False).reshape(shape)
         return lax.all_gather(x, _names(axes), axis=step.dim, tiled=True)
+    program = reductions.chosen(step)  # a sum across levels, where the lowering synthesises
+    if program is not None:
+        return reductions.reduce(x, program, reductions.placement(), axes, step.dim or 0)
     if kind == "reduce-scatter":
         return lax.psum_scatter(x, _names(axes), scatter_dimension=step.dim, tiled=True)
     if kind == "all-reduce":
@@ -57,10 +62,11 @@ def _run(x, step: Step, mesh: Mesh, again: bool = False):
         return reduce(x, _names(axes))
     if kind == "all-to-all":
         return lax.all_to_all(
-            x, axes[0], split_axis=step.dim, concat_axis=step.dim_from, tiled=True
+            x, _names(axes[:1]), split_axis=step.dim, concat_axis=step.dim_from, tiled=True
         )
     if kind == "collective-permute":
-        return lax.ppermute(x, tuple(mesh_order(axes, mesh)), permutation(axes, step.order, mesh))
+        names = jax_axes(mesh_order(axes, mesh))
+        return lax.ppermute(x, names, permutation(axes, step.order, mesh))
     raise ValueError(f"unknown redistribution step {kind}")  # pragma: no cover
 
 

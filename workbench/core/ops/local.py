@@ -7,6 +7,11 @@ carry global shapes, or whose indices are global (iota, gather, scatter), gives 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Mapping
+from contextvars import ContextVar
+from types import MappingProxyType
+
 from jax import lax
 
 from workbench.core.layout.mesh import Mesh
@@ -16,11 +21,38 @@ from workbench.core.layout.sharding import Sharding
 GLOBAL_LAYOUT_PARAMS = ("sharding", "out_sharding")
 
 
+#: While a lowering traces over a mesh whose axes a placement splits by level: each split
+#: axis -> its JAX axes, outermost level first (``lowering/reductions.py``). A tuple of them
+#: indexes as the axis does, so every collective and index names the tuple instead.
+_SPLIT: ContextVar[Mapping[str, tuple[str, ...]]] = ContextVar(
+    "split_axes", default=MappingProxyType({})
+)
+
+
+@contextlib.contextmanager
+def split_axes(parts: Mapping[str, tuple[str, ...]]):
+    """Within this block `jax_axes` names each axis of ``parts`` by its JAX axes."""
+    token = _SPLIT.set(MappingProxyType(dict(parts)))
+    try:
+        yield
+    finally:
+        _SPLIT.reset(token)
+
+
+def jax_axes(axes) -> tuple[str, ...]:
+    """The JAX axis names of mesh ``axes`` in order (an axis split by level: its parts)."""
+    split = _SPLIT.get()
+    return tuple(name for a in axes for name in split.get(a, (a,)))
+
+
 def shard_index(axes, mesh: Mesh):
     """This device's block index along a dimension tiled over ``axes`` (major to minor)."""
     index = 0
     for axis in axes:
-        index = index * mesh.axis_size(axis) + lax.axis_index(axis)
+        names = jax_axes((axis,))
+        index = index * mesh.axis_size(axis) + lax.axis_index(
+            names[0] if len(names) == 1 else names
+        )
     return index
 
 

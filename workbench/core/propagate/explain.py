@@ -1,4 +1,5 @@
-"""Answers to "why is this value sharded so?" and "why did propagation stop here?"."""
+"""Answers to "why is this value sharded so?", "why did propagation stop here?" and "what
+changed between two steps?"."""
 
 from __future__ import annotations
 
@@ -307,3 +308,32 @@ def report(program, state: State, conflict: Conflict) -> ConflictReport:
         op.source,
         op.library,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Diff:
+    """Values whose sharding differs between two steps: ``(name, before, after)``."""
+
+    before: int
+    after: int
+    changes: tuple[tuple[str, Sharding, Sharding], ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _, _ in self.changes]
+
+    def __len__(self) -> int:
+        return len(self.changes)
+
+    def __str__(self) -> str:
+        head = f"step {self.before} -> {self.after}: {len(self.changes)} values changed"
+        return "\n".join([head] + [f"  {n}: {a} -> {b}" for n, a, b in self.changes])
+
+
+def diff(program, before: tuple[int, State], after: tuple[int, State]) -> Diff:
+    """What changed between two (step, state) pairs of one history."""
+    (i, a), (j, b) = before, after
+    changes = tuple(
+        (program.values[v].name, a.shardings[v], b.shardings[v]) for v in sorted(b.changed_since(a))
+    )
+    return Diff(i, j, changes)

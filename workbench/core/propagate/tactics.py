@@ -10,6 +10,7 @@ anything, so a failed tactic leaves no trace.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import re
@@ -372,12 +373,16 @@ def apply_tactic(
 
     Each value a composite targets that stays whole on its axis is noted (``State.notes``);
     a strategy that tiles nothing raises ``NothingTiled``, and with ``strict`` (or the
-    tactic's own ``strict``) any note raises ``LeftWhole``.
+    tactic's own ``strict``) any note raises ``LeftWhole``. A tactic that ``moves_nothing``
+    (``Place``) is checked by its ``expand`` and joins the schedule, the rest as it was.
     Pure: ``state`` is never modified, so on error the caller still holds it unchanged.
     """
     if not isinstance(tactic, Tactic):
         raise _not_a_tactic(tactic)
     schedule = (*state.schedule, tactic)
+    if getattr(tactic, "moves_nothing", False):  # a fact about the run (``Place``): checked,
+        tactic.expand(program, mesh, state)  # then kept in the schedule, every sharding as it was
+        return dataclasses.replace(state, schedule=schedule, changed=frozenset(), events=())
     prop = Propagator(program, mesh, state, tactic=len(state.schedule), schedule=schedule)
     expanded: list[tuple[Tactic, list[Target]]] = []  # each composite, and what it targets
 

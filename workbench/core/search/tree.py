@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from workbench.core import progress
 from workbench.core.errors import TacticError, WorkbenchError
 from workbench.core.estimate import estimate
+from workbench.core.estimate.placements import placed_for
 from workbench.core.ir.selectors import exact
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.state import State
@@ -149,7 +150,8 @@ class Search:
         self.start = time.perf_counter()
         self.program, self.mesh, self.auto = program, mesh, auto
         self.status = status or progress.Status(str(auto), callback=auto.callback, enabled=False)
-        self.hardware = hardware_of(auto)
+        # priced where a Place step before it put the mesh's axes, where the hardware takes it
+        self.hardware = placed_for(mesh, state.placement, hardware_of(auto))[0]
         self.groups = []
         for axis in auto.axes:
             self.groups += merge_small(

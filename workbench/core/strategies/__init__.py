@@ -15,6 +15,7 @@ from workbench.core.strategies import (  # noqa: F401
     embedding,
     experts,
     pipeline,
+    placing,
     roles,
     sequence,
     tensor,

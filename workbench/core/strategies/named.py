@@ -16,7 +16,7 @@ EXPERT_AXES = ("expert", "experts", "ep", "moe")
 CONTEXT_AXES = ("context", "ctx", "cp", "seq", "sequence")
 
 #: Every named tactic by class name: the strategies and the tactics that partition nothing
-#: (``Role``), in the order they registered.
+#: (``Role``, ``Place``), in the order they registered.
 NAMED: dict[str, type] = {}
 
 #: The named strategies by name, in the order a user meets them.
