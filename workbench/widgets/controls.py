@@ -76,6 +76,13 @@ def heading(text: str) -> w.HTML:
     return w.HTML(f"<h4 style='margin:8px 0 2px 0'>{text}</h4>")
 
 
+def row(children, css: str) -> w.HBox:
+    """Panels side by side, wrapping onto a new row where the width runs out."""
+    box = w.HBox(children, layout=w.Layout(flex_flow="row wrap", max_width="100%"))
+    box.add_class(css)
+    return box
+
+
 class StrategyBar:
     """One button per named strategy, each on its suggested axis unless one is chosen; PP
     (on a stage-like axis unless one is chosen) with its microbatches, schedule and model

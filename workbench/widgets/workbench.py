@@ -49,8 +49,10 @@ from workbench.widgets.controls import (
     heading,
     name_field,
     panel,
+    row,
 )
 from workbench.widgets.graphpanel import GraphPanel
+from workbench.widgets.placement import PlacementPanel
 
 CALIBRATED = "calibrated: the attached devices"
 EXPORTS = ("Python", "plain JAX", "JSON")
@@ -130,6 +132,7 @@ class Workbench(w.VBox):
         self.auto = AutoPanel(self, auto_budget)
         self.history = HistoryPanel(self)
         self.anatomy = AnatomyPanel(self, self.names)
+        self.placement = PlacementPanel(self)  # the "Placement" tab: where the axes lie
 
         # the program graph: pan, zoom, fold, click, replay (see graphpanel.py)
         self.graph_panel = GraphPanel(self)
@@ -218,12 +221,14 @@ class Workbench(w.VBox):
                 w.VBox([self.inspect_value, self.inspect_error, self.inspector, self.grid_chart]),
                 w.VBox([w.HBox([self.lowering, self.run_button]), self.run_error, self.run_result]),
                 self.anatomy.box,
+                self.placement.box,
             ],
-            titles=("Collectives", "Inspect a value", "Run", "Anatomy"),
+            titles=("Collectives", "Inspect a value", "Run", "Anatomy", "Placement"),
             layout=w.Layout(min_width="0", max_width="100%"),
         )
         sections.add_class("wb-panel")
         sections.add_class("wb-panel-sections")
+        self.placement.show_in(sections)  # ranks the placements while its tab is open
         estimate = panel(
             "estimate",
             [
@@ -232,7 +237,7 @@ class Workbench(w.VBox):
                 self.estimate_error,
                 self.summary,
                 self.conflicts,
-                _row([self.time_chart, self.memory_chart], "wb-charts"),
+                row([self.time_chart, self.memory_chart], "wb-charts"),
                 self.schedule_chart,
             ],
         )
@@ -304,6 +309,7 @@ class Workbench(w.VBox):
     def error_lines(self) -> list[w.HTML]:
         """Every panel's error line."""
         panels = (self.strategies, self.builder, self.auto, self.history, self.anatomy)
+        panels += (self.placement,)
         return [p.error for p in panels] + [
             self.graph_panel.error,
             self.estimate_error,
@@ -344,6 +350,7 @@ class Workbench(w.VBox):
             (self.estimate_error, self.draw_estimate),
             (self.table_error, self.draw_table),
             (self.anatomy.error, lambda: self.anatomy.update(s)),
+            (self.placement.error, lambda: self.placement.update(s)),
             (self.inspect_error, self.draw_inspector),
             (self.export_error, self.draw_export),
             (self.run_error, self.draw_run),
@@ -489,10 +496,3 @@ class Workbench(w.VBox):
     def save(self) -> None:
         path = self.session.save(self.save_path.value)
         self.saved.value = render.note(f"saved {path}")
-
-
-def _row(children, css: str) -> w.HBox:
-    """Panels side by side, wrapping onto a new row where the width runs out."""
-    row = w.HBox(children, layout=w.Layout(flex_flow="row wrap", max_width="100%"))
-    row.add_class(css)
-    return row

@@ -71,6 +71,9 @@ def test_search_finds_the_brute_force_minimum(seed):
     assert found.program in every
     assert price(found.program, levels, nbytes, copy) == pytest.approx(found.seconds)
     assert found.seconds <= found.default_s * (1 + 1e-12)
+    # each part's time, in the order describe lists them, adds up to the program's
+    assert len(found.step_s) == len(found.program.describe(["a", "b", "c"]).split(", "))
+    assert sum(found.step_s) == pytest.approx(found.seconds)
 
 
 def test_two_levels_run_the_hierarchical_algorithm_and_say_why():

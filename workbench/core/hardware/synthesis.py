@@ -82,6 +82,8 @@ class Synthesis:
     program: Program
     seconds: float
     default_s: float  # the default: one collective over the whole group, one flat ring
+    #: seconds of each part ``program.describe`` lists, in order (the permutation first)
+    step_s: tuple[float, ...] = ()
 
     @property
     def speedup(self) -> float:
@@ -156,11 +158,7 @@ def permuted(stack: tuple, order: tuple[tuple[int, ...], ...]) -> bool:
 def price(program: Program, levels, nbytes: float, copy_s: float = 0.0) -> float:
     """Seconds ``program`` takes on a local array of ``nbytes`` over ``levels`` (``(link,
     devices)`` per level of the group, innermost first); ``copy_s``: a permutation's."""
-    total = copy_s if program.permuted else 0.0
-    for step in program.steps:
-        t, nbytes = _step_time(step, levels, nbytes)
-        total += t
-    return total
+    return sum(parts(program, levels, nbytes, copy_s))
 
 
 def programs(kind: str, k: int, order=None, depth: int | None = None) -> list[Program]:
@@ -232,7 +230,18 @@ def best(
     if default_s <= t * (1 + 1e-12):
         program, t = base, default_s
     named = tuple((link.name, size) for link, size in levels)
-    return Synthesis(kind, float(nbytes), named, program, t, default_s)
+    return Synthesis(
+        kind, float(nbytes), named, program, t, default_s, parts(program, levels, nbytes, copy_s)
+    )
+
+
+def parts(program: Program, levels, nbytes: float, copy_s: float = 0.0) -> tuple[float, ...]:
+    """Seconds of each part of ``program`` (`price`'s terms): the permutation, then each step."""
+    out = [copy_s] if program.permuted else []
+    for step in program.steps:
+        t, nbytes = _step_time(step, levels, nbytes)
+        out.append(t)
+    return tuple(out)
 
 
 def scatters(program: Program) -> tuple[tuple[int, ...], ...]:
