@@ -87,6 +87,7 @@ def test_reductions_across_levels_show_the_program_they_are_priced_as(session):
     big = max(shown, key=lambda c: c.synthesis.nbytes)
     assert big.synthesis.speedup > 1.5
     assert "nvlink" in str(big.synthesis) and "x the default's" in str(big.synthesis)
+    assert f"{len(shown)} reductions span levels; the costliest: " in repr(spread.estimate)
     # on one level a reduction is one collective, with nothing synthesised
     inside = next(r for r in ranked if r.placement.of("data") == (8, 1))
     alone = [c for c in inside.estimate.collectives if c.collective.axes == ("data",)]

@@ -75,6 +75,10 @@ class Estimate:
             + ", ".join(f"{k} {d.format_bytes(v)}" for k, v in m.at_peak.items() if v),
             f"{self.flops:.3g} flops, {self.kernels} kernels, {len(self.collectives)} collectives",
         ]
+        spanning = [c for c in self.collectives if c.synthesis is not None]
+        if spanning:  # reductions across levels, each run as its synthesised program
+            top = max(spanning, key=lambda c: c.total_s).synthesis
+            body.append(f"{len(spanning)} reductions span levels; the costliest: {top}")
         body = [d.clip(b) for b in body]
         if self.note:  # whole, unclipped: it says how to read the figures
             body.insert(0, f"NOTE: {self.note}")
