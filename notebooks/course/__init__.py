@@ -1,4 +1,4 @@
-"""The course's exercise checks: one module per chapter (``ch01`` ... ``ch14``) over
+"""The course's exercise checks: one module per chapter (``ch01`` ... ``ch15``) over
 ``common``.
 
 A chapter's notebook marks each exercise cell with the cell metadata ``"exercise": "N.M"``

@@ -14,7 +14,8 @@ Device ids: a device's position inside its level-j group is its axes' level-j in
 mesh order (the last axis fastest), and its id is those positions with the innermost
 level fastest; an axis's index has its innermost level's index fastest (`device_ids`).
 Within a level the order of axes is not chosen: a switched level prices every subgroup
-alike. Tori, where it matters, are not modelled yet.
+alike; on a torus level whose dimensions are known (``torus.py``) the axes lie on them in
+mesh order, and other orders are not enumerated.
 """
 
 from __future__ import annotations
