@@ -3,7 +3,8 @@ step (``Session.placements``), and how long ranking them takes.
 
 A 70B-shaped LM step (zoo ``huge`` preset: d 8192, 64 heads, d_ff 28672, remat, bfloat16
 with float32 master weights; abstract inputs) on 2,048 H100 (8 a node on NVLink, nodes on
-InfiniBand) under three plans, and the same widths on 2,048 TPU v5p chips. For each plan:
+InfiniBand) under three plans, and the same widths on 2,048 TPU v5p chips (one ICI ring,
+and an 8x16x16 slice whose torus dimensions the collectives use). For each plan:
 how many placements the mesh has, the seconds to price and rank them all, the fastest and
 slowest step and their ratio (the spread P2 measured up to 448x on its GPU clusters,
 arXiv 2110.10548; these are simulated), and where the mesh order's placement ranks.
@@ -42,7 +43,12 @@ def main():
     program = wb.capture(ex.fn, *ex.args)
     print(f"# {args.layers}-layer 70B-shaped step captured in {time.perf_counter() - t:.1f} s")
     rows = []
-    for chip in (hw.H100, hw.TPU_V5P):
+    chips = (
+        ("H100", hw.H100),
+        ("TPU v5p", hw.TPU_V5P),
+        ("TPU v5p 8x16x16", hw.TPU_V5P.with_torus((8, 16, 16))),  # the slice's shape known
+    )
+    for label, chip in chips:
         for name, (axes, plan) in PLANS.items():
             mesh = wb.Mesh(axes)
             s = wb.Session(program, mesh, plan())
@@ -54,7 +60,7 @@ def main():
             rank = [r.placement for r in ranked].index(first) + 1 if first else "-"
             best, worst = ranked[0].estimate.step_s, ranked[-1].estimate.step_s
             rows.append(
-                (chip.name, name, ranked.total, f"{seconds:.2f}", f"{best * 1e3:.0f}",
+                (label, name, ranked.total, f"{seconds:.2f}", f"{best * 1e3:.0f}",
                  f"{worst * 1e3:.0f}", f"{worst / best:.2f}", rank, str(ranked[0].placement))
             )  # fmt: skip
     print(_common.table(
