@@ -58,3 +58,27 @@ def test_the_plain_lowering_keeps_one_collective_per_reduction(session):
 def test_hardware_is_for_the_explicit_lowering_only(session):
     with pytest.raises(InputError, match="explicit"):
         session.lower("constrained", hardware=NODES_OF_4)
+
+
+def test_zero3s_reduce_scatters_run_as_synthesised_and_agree():
+    """BP and ZeRO-3 on a data axis across both nodes: the gradients' reduce-scatters run as their
+    programs (the blocks permuted where the scatters run inner level first), and the
+    step still computes what the unpartitioned one does."""
+    program = external.program("eqx_lm")
+    s = wb.Session(program, wb.Mesh({"data": 8}), [wb.BP("data"), wb.Z3("data")])
+    est = s.estimate(NODES_OF_4)
+    scatters = [
+        c
+        for c in est.collectives
+        if c.synthesis is not None and c.collective.kind == "reduce-scatter"
+    ]
+    assert scatters, "ZeRO-3's gradients are reduce-scattered over data, across both nodes"
+    assert {c.synthesis.program.describe(["nvlink", "infiniband"]) for c in scatters} <= {
+        "permute blocks, RS nvlink, RS infiniband",
+        "RS infiniband, RS nvlink",
+        "RS nvlink+infiniband",
+    }
+    r = s.run(hardware=NODES_OF_4, repeats=1)
+    assert r.verdict.agree, r.verdict
+    plain, synthesised = collectives(s), collectives(s, NODES_OF_4)
+    assert synthesised["reduce_scatter"] > plain["reduce_scatter"] > 0
