@@ -201,3 +201,21 @@ def test_a_placement_of_another_mesh_is_refused_with_cores_message(bench):
     failed_in(bench, panel.error, render.esc("places axes ['data', 'model']"), "Place(")
     assert isinstance(bench.last_error, WorkbenchError) and "traceback" not in panel.error.value
     assert state(bench) == before
+
+
+def test_a_given_spec_keeps_its_place_in_the_hardware_list(program):
+    """A spec of the user's named like a preset (``with_group_sizes`` keeps the name) is
+    its own entry: choosing another and coming back brings the user's spec back, not the
+    preset of its name."""
+    b = make(program)
+    given = b.spec.value
+    assert given == f"{hw.H100.name} (given)" and b.hardware is NODES_OF_4
+    assert hw.H100.name in [label for label, _ in b.spec.options]
+    b.spec.value = hw.TPU_V5E.name
+    assert b.hardware is hw.TPU_V5E
+    b.spec.value = given
+    assert b.hardware is NODES_OF_4
+    b.spec.value = hw.H100.name
+    assert b.hardware is hw.H100
+    # a preset given as it is: no second entry
+    assert make(program, hardware=hw.H100).spec.value == hw.H100.name

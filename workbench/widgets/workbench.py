@@ -141,12 +141,14 @@ class Workbench(w.VBox):
         self.phases = self.graph_panel.phases
 
         # the simulator
-        options = [(h.name, h.name) for h in presets.PRESETS.values()]
-        if self.hardware.name not in presets.PRESETS:
-            options.insert(0, (self.hardware.name, self.hardware.name))
+        self._specs = dict(presets.PRESETS)  # the dropdown's label -> its spec
+        given = self.hardware.name
+        if presets.PRESETS.get(given) != self.hardware:  # a spec of the user's: kept by name
+            given = given if given not in presets.PRESETS else f"{given} (given)"
+            self._specs = {given: self.hardware, **self._specs}
         self.spec = w.Dropdown(
-            options=[*options, (CALIBRATED, CALIBRATED)],
-            value=self.hardware.name,
+            options=[*((k, k) for k in self._specs), (CALIBRATED, CALIBRATED)],
+            value=given,
             description="hardware",
         )
         self.spec.observe(
@@ -467,8 +469,8 @@ class Workbench(w.VBox):
     def change_spec(self) -> None:
         if self.spec.value == CALIBRATED:
             self.hardware = self.calibrated()
-        elif self.spec.value in presets.PRESETS:
-            self.hardware = presets.PRESETS[self.spec.value]
+        elif self.spec.value in self._specs:
+            self.hardware = self._specs[self.spec.value]
         self.refresh()
 
     def change_overlap(self) -> None:
