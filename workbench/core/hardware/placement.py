@@ -72,20 +72,26 @@ class Placement:
             parts.append(f"{axis}: {' x '.join(on) or 'one device'}")
         return "; ".join(parts)
 
-    def check(self, mesh: Mesh, sizes: tuple[int, ...]) -> None:
-        """Raise unless this placement places ``mesh`` on levels of ``sizes``."""
+    def check_axes(self, mesh: Mesh) -> None:
+        """Raise unless this placement places ``mesh``'s axes, in mesh order, at their sizes."""
         axes = [a for a, _ in self.factors]
         if axes != list(mesh.names):
             raise HardwareError(
                 f"placement {self} places axes {axes}, but the mesh is {mesh}; place its axes "
-                "in mesh order (Session.placements(hardware) lists the placements of a mesh)."
+                f"{list(mesh.names)}, in that order (Session.placements(hardware) lists the "
+                "placements of a mesh)."
             )
         for axis, fs in self.factors:
             if math.prod(fs) != mesh.axis_size(axis):
                 raise HardwareError(
-                    f"placement {self} splits axis {axis!r} of size {mesh.axis_size(axis)} "
-                    f"into {fs}, whose product is {math.prod(fs)}."
+                    f"placement {self} splits axis {axis!r} into {fs}, whose product is "
+                    f"{math.prod(fs)}, but the mesh gives it size {mesh.axis_size(axis)}; "
+                    "give factors that multiply to the axis's size."
                 )
+
+    def check(self, mesh: Mesh, sizes: tuple[int, ...]) -> None:
+        """Raise unless this placement places ``mesh`` on levels of ``sizes``."""
+        self.check_axes(mesh)
         for j, (level, size) in enumerate(zip(self.levels, sizes)):
             have = math.prod(fs[j] for _, fs in self.factors)
             if have != size:

@@ -8,11 +8,11 @@ under it and the lowerings lay the devices out by it (``Placement.device_ids``).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from numbers import Integral
 
 from workbench.core.errors import given
+from workbench.core.hardware.levels import HardwareError
 from workbench.core.hardware.placement import Placement
 from workbench.core.propagate.tactics import Tactic, TacticInputError
 from workbench.core.strategies.named import register
@@ -115,17 +115,7 @@ class Place(Tactic):
 
     def check_mesh(self, mesh) -> None:
         """Raise unless it places ``mesh``'s axes, in mesh order, at their sizes."""
-        axes = [a for a, _ in self.factors]
-        if axes != list(mesh.names):
-            raise TacticInputError(
-                f"{self} places axes {axes}, but the mesh is {mesh}; place its axes "
-                f"{list(mesh.names)}, in that order (session.placements(hardware) lists "
-                "the placements of this mesh)."
-            )
-        for axis, fs in self.factors:
-            if math.prod(fs) != mesh.axis_size(axis):
-                raise TacticInputError(
-                    f"{self} splits axis {axis!r} into {fs}, whose product is "
-                    f"{math.prod(fs)}, but the mesh gives it size {mesh.axis_size(axis)}; "
-                    "give factors that multiply to the axis's size."
-                )
+        try:
+            self.placement.check_axes(mesh)
+        except HardwareError as err:
+            raise TacticInputError(f"{self}: {err}") from err
