@@ -10,7 +10,13 @@ import pytest
 import workbench as wb
 from workbench.core.hardware import H100, Hardware, HardwareError, Link, collective_time
 from workbench.core.hardware.collectives import all_reduce_time
-from workbench.core.hardware.placement import Placement, level_sizes, placements, row_major
+from workbench.core.hardware.placement import (
+    Placement,
+    count,
+    level_sizes,
+    placements,
+    row_major,
+)
 
 TWO_LEVELS = (Link("fast", 100e9, 1e-6, group_size=4), Link("slow", 10e9, 1e-5))
 
@@ -43,6 +49,7 @@ def test_enumeration_is_every_factor_matrix(axes):
     assert {p.factors for p in found} == brute(mesh, sizes)
     assert len(found) == len(set(found))
     assert found[0] == row_major(mesh, TWO_LEVELS)
+    assert count(mesh, TWO_LEVELS) == len(found)
     for p in found:
         p.check(mesh, sizes)
 

@@ -12,7 +12,7 @@ from workbench.core.errors import InputError, given
 from workbench.core.estimate.step import Estimate
 from workbench.core.hardware.levels import HardwareError
 from workbench.core.hardware.names import resolve
-from workbench.core.hardware.placement import LIMIT, Placement, level_sizes, placements
+from workbench.core.hardware.placement import LIMIT, Placement, count, level_sizes, placements
 from workbench.core.hardware.spec import Hardware
 from workbench.core.layout.mesh import Mesh
 from workbench.core.units import format_seconds
@@ -80,11 +80,10 @@ def rank(
             f"placements(limit={given(limit)}): give how many placements to price at most, "
             f"a positive int (default {LIMIT})."
         )
-    every = placements(mesh, hardware.links, limit=limit + 1)
-    chosen = every[:limit]
+    chosen = placements(mesh, hardware.links, limit=limit)
     ranked = [Ranked(p, price(hardware.with_placement(p))) for p in chosen]
     ranked.sort(key=lambda r: r.estimate.step_s)
-    total = len(every) if len(every) <= limit else len(placements(mesh, hardware.links, 10**6))
+    total = count(mesh, hardware.links)
     return Placements(ranked, total, limit)
 
 

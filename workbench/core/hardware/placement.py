@@ -20,6 +20,7 @@ mesh order, and other orders are not enumerated.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -198,9 +199,7 @@ def _splits(left: tuple[int, ...], size: int):
                 yield (d, *rest)
 
 
-def placements(mesh: Mesh, links: tuple[Link, ...], limit: int = LIMIT) -> list[Placement]:
-    """Every placement of ``mesh`` on ``links`` (the row-major one first), at most
-    ``limit``; raises where the levels do not divide the mesh."""
+def _filled(mesh: Mesh, links: tuple[Link, ...]) -> tuple[int, ...]:
     sizes = level_sizes(mesh, links)
     if sizes is None:
         raise HardwareError(
@@ -208,6 +207,30 @@ def placements(mesh: Mesh, links: tuple[Link, ...], limit: int = LIMIT) -> list[
             f"{[(x.name, x.group_size) for x in links]}; use a device count that is a "
             "multiple of a group's size (or divides it)."
         )
+    return sizes
+
+
+def count(mesh: Mesh, links: tuple[Link, ...]) -> int:
+    """How many placements ``mesh`` has on ``links`` (`placements` without a limit),
+    counted without listing them."""
+    sizes = _filled(mesh, links)
+
+    @functools.cache
+    def ways(j: int, left: tuple[int, ...]) -> int:
+        if j == len(sizes) - 1:
+            return int(math.prod(left) == sizes[j])
+        return sum(
+            ways(j + 1, tuple(n // d for n, d in zip(left, split)))
+            for split in _splits(left, sizes[j])
+        )
+
+    return ways(0, tuple(n for _, n in mesh.axes))
+
+
+def placements(mesh: Mesh, links: tuple[Link, ...], limit: int = LIMIT) -> list[Placement]:
+    """Every placement of ``mesh`` on ``links`` (the row-major one first), at most
+    ``limit``; raises where the levels do not divide the mesh."""
+    sizes = _filled(mesh, links)
     names = tuple(x.name for x in links)
     out = []
 
