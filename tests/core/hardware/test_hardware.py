@@ -236,14 +236,17 @@ def test_two_levels_are_priced_hierarchically():
     b = 1 * GB
     fast = lambda n, nbytes: (n - 1) / n * nbytes / (100 * GB)  # noqa: E731
     slow = lambda n, nbytes: (n - 1) / n * nbytes / (10 * GB)  # noqa: E731
-    # all-gather: gather the small pieces across nodes first, then inside the node
-    ag = collective_time("all-gather", b, ("node", "gpu"), mesh, h)
+    # all-gather: gather the small pieces across nodes first, then inside the node, the
+    # last gathered major: in order where the inner axis is major...
+    ag = collective_time("all-gather", b, ("gpu", "node"), mesh, h)
     assert ag == pytest.approx(fast(8, b) + slow(4, b / 8))
+    # ...and with the output's blocks permuted (one copy) where the outer one is
+    copy = 2 * b / h.copy_bandwidth(b) + h.op_overhead
+    assert collective_time("all-gather", b, ("node", "gpu"), mesh, h) == pytest.approx(ag + copy)
     # reduce-scatter: inside the node first, then across nodes on 1/8 of the data...
     assert collective_time("reduce-scatter", b, ("gpu", "node"), mesh, h) == pytest.approx(ag)
     # ...its blocks permuted first where the result has the outer axis major (one copy of
     # the input, read and written: cheaper than scattering across nodes first)
-    copy = 2 * b / h.copy_bandwidth(b) + h.op_overhead
     rs = collective_time("reduce-scatter", b, ("node", "gpu"), mesh, h)
     assert rs == pytest.approx(ag + copy)
     assert rs < slow(4, b) + fast(8, b / 4)
@@ -260,7 +263,7 @@ def test_two_levels_are_priced_hierarchically():
     h = spec(latency=1e-6, inter_latency=1e-5)
     flat = collective_time("all-gather", b, ("node", "gpu"), mesh, h, hierarchical=False)
     assert flat == pytest.approx(31 / 32 * b / (10 * GB) + 31 * 1e-5)
-    ag = collective_time("all-gather", b, ("node", "gpu"), mesh, h)
+    ag = collective_time("all-gather", b, ("gpu", "node"), mesh, h)
     assert ag == pytest.approx(fast(8, b) + 7e-6 + slow(4, b / 8) + 3e-5)
     assert flat > ag
 
@@ -268,5 +271,5 @@ def test_two_levels_are_priced_hierarchically():
 def test_hierarchy_follows_explicit_links():
     mesh = Mesh({"x": 2, "y": 2})
     h = spec(latency=0.0, inter_latency=0.0).with_axis_links({"x": "slow"})
-    t = collective_time("all-gather", 1 * GB, ("x", "y"), mesh, h)
+    t = collective_time("all-gather", 1 * GB, ("y", "x"), mesh, h)
     assert t == pytest.approx(0.5 * GB / (100 * GB) + 0.5 * 0.5 * GB / (10 * GB))

@@ -38,6 +38,22 @@ def test_the_grammar_has_the_textbook_programs():
     }
 
 
+def test_an_all_gather_gathers_each_level_once_the_last_major():
+    by_steps = {p.steps: p.permuted for p in programs("all-gather", 2)}
+    outer_first = (Step("all-gather", (1,)), Step("all-gather", (0,)))
+    inner_first = (Step("all-gather", (0,)), Step("all-gather", (1,)))
+    assert set(by_steps) == {outer_first, inner_first, (Step("all-gather", (0, 1)),)}
+    # the axis's outer level must end up major, so it is gathered last
+    assert by_steps[inner_first] is False and by_steps[outer_first] is True
+    # the cheap order (the slow level on the small pieces) pays the permutation, last
+    levels = levels_of((450e9, 1e-6, 8), (50e9, 5e-6, 4))
+    s = best("all-gather", 1e8, levels, copy_s=1e-5, order=((1, 0),))
+    assert s.program.steps == outer_first and s.program.permuted
+    assert s.program.describe(["nv", "ib"]) == "AG ib, AG nv, permute blocks"
+    assert s.step_s[-1] == 1e-5 and sum(s.step_s) == pytest.approx(s.seconds)
+    assert len(programs("all-gather", 3)) == 13
+
+
 def test_a_scatter_out_of_the_results_order_is_permuted():
     by_steps = {p.steps: p.permuted for p in programs("reduce-scatter", 2)}
     # one axis over two levels: its index has the inner level fastest, so the outer
@@ -51,7 +67,7 @@ def test_a_scatter_out_of_the_results_order_is_permuted():
 def test_search_finds_the_brute_force_minimum(seed):
     rng = random.Random(seed)
     k = rng.choice([2, 2, 3])
-    kind = rng.choice(["all-reduce", "reduce-scatter"])
+    kind = rng.choice(["all-reduce", "reduce-scatter", "all-gather"])
     specs = [
         (
             rng.choice([10e9, 50e9, 100e9, 450e9]),
@@ -115,7 +131,7 @@ def test_an_expensive_permutation_turns_the_scatters_around():
 def test_the_estimate_prices_reductions_across_levels_by_synthesis():
     mesh = wb.Mesh({"data": 64, "model": 4})
     for axes in (("data",), ("data", "model")):
-        for kind in ("all-reduce", "reduce-scatter"):
+        for kind in ("all-reduce", "reduce-scatter", "all-gather"):
             s = synthesised(kind, 1e8, axes, mesh, H100)
             assert collective_time(kind, 1e8, axes, mesh, H100) == s.seconds
             flat = collective_time(kind, 1e8, axes, mesh, H100, hierarchical=False)
@@ -127,6 +143,6 @@ def test_the_estimate_prices_reductions_across_levels_by_synthesis():
     assert inside == pytest.approx(all_reduce_time(1e8, 4, *nvlink.figures_for("all-reduce")))
 
 
-def test_synthesised_refuses_what_is_no_reduction():
+def test_synthesised_refuses_what_it_does_not_synthesise():
     with pytest.raises(wb.core.hardware.HardwareError, match="only"):
-        synthesised("all-gather", 1e6, ("data",), wb.Mesh({"data": 16}), H100)
+        synthesised("all-to-all", 1e6, ("data",), wb.Mesh({"data": 16}), H100)

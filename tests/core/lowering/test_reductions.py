@@ -1,6 +1,7 @@
 """Synthesised reductions run: on 8 virtual CPU devices laid out as 2 nodes x 4 (and as
-2 x 2 x 2), every program of the grammar computes what one all-reduce (or reduce-scatter)
-over the same devices does, for random meshes, placements, axes and shapes."""
+2 x 2 x 2), every program of the grammar computes what one all-reduce (or reduce-scatter,
+or all-gather) over the same devices does, for random meshes, placements, axes and
+shapes."""
 
 import random
 
@@ -38,7 +39,8 @@ def cases(n: int, seed: int = 0):
         axes = tuple(rng.sample(names, rng.randint(1, len(names))))
         if len(group_levels(placement, axes)) < 2:
             continue
-        out.append((links, mesh, placement, axes, rng.choice(["all-reduce", "reduce-scatter"])))
+        kind = rng.choice(["all-reduce", "reduce-scatter", "all-gather"])
+        out.append((links, mesh, placement, axes, kind))
     return out
 
 
@@ -58,7 +60,7 @@ def _run(mesh, placement, fn, x):
     return np.asarray(jax.jit(mapped)(jax.device_put(x, NamedSharding(jmesh, every))))
 
 
-CASES = cases(12)
+CASES = cases(15)
 
 
 @pytest.mark.parametrize("i", range(len(CASES)), ids=lambda i: f"{CASES[i][3]}-{CASES[i][4]}")
@@ -80,11 +82,13 @@ def test_every_program_computes_the_plain_reduction(i):
     def plain(b):
         if kind == "all-reduce":
             return jax.lax.psum(b, group)
+        if kind == "all-gather":
+            return jax.lax.all_gather(b, group, axis=dim, tiled=True)
         return jax.lax.psum_scatter(b, group, scatter_dimension=dim, tiled=True)
 
     expected = _run(mesh, placement, plain, x)
     tried = programs(kind, k, order(placement, axes))
-    assert len(tried) >= (3 if kind == "reduce-scatter" else 16)
+    assert len(tried) >= (16 if kind == "all-reduce" else 3)
     for program in tried:
         got = _run(mesh, placement, lambda b, p=program: reduce(b, p, placement, axes, dim), x)
         np.testing.assert_array_equal(got, expected, err_msg=program.describe(placement.levels))

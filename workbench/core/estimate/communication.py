@@ -12,7 +12,7 @@ from functools import cached_property
 
 from workbench.core.estimate.static import PlannedStep
 from workbench.core.hardware.collectives import collective_time, synthesised
-from workbench.core.hardware.synthesis import REDUCTIONS, Synthesis
+from workbench.core.hardware.synthesis import SYNTHESISED, Synthesis
 from workbench.core.layout.collectives import Collective
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.sharding import Sharding
@@ -120,7 +120,7 @@ class Communication(PlannedStep):
     def synthesis(self, kind: str, nbytes: float, axes) -> Synthesis | None:
         """The program a reduction over levels runs as (``collective_time`` prices it so);
         None for other kinds and groups on one level."""
-        if kind not in REDUCTIONS or nbytes <= 0 or len(self.hw.spread(self.mesh, axes)) < 2:
+        if kind not in SYNTHESISED or nbytes <= 0 or len(self.hw.spread(self.mesh, axes)) < 2:
             return None
         return synthesised(kind, nbytes, axes, self.mesh, self.hw)
 

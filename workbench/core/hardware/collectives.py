@@ -10,10 +10,10 @@ group; bw, lat of the level's link:
   floor(n^2/4)/n * bytes/bw + (n-1) * lat around a bidirectional torus ring.
 - collective-permute: bytes/bw + lat.
 
-A group spanning several levels: an all-reduce or reduce-scatter runs as the cheapest
-program of per-level steps (``synthesis.py``; the hierarchical algorithm or better); an
-all-gather hierarchically (fastest level first on the smallest pieces); an all-to-all one
-full stage per level. ``hierarchical=False`` prices one flat ring at the slowest
+A group spanning several levels: an all-reduce, reduce-scatter or all-gather runs as the
+cheapest program of per-level steps (``synthesis.py``; the hierarchical algorithm or
+better, its blocks permuted where its order is not the result's); an all-to-all one full
+stage per level. ``hierarchical=False`` prices one flat ring at the slowest
 bandwidth and largest latency (the synthesis's default). The formulas are in
 ``formulas.py``; sources and the reasoning: README.md.
 """
@@ -33,7 +33,7 @@ from workbench.core.hardware.formulas import (
     reduce_scatter_time,
 )
 from workbench.core.hardware.levels import KINDS, HardwareError, Link
-from workbench.core.hardware.synthesis import REDUCTIONS, best
+from workbench.core.hardware.synthesis import SYNTHESISED, best
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.redistribute import wire_bytes
 
@@ -103,7 +103,7 @@ def collective_time(
             "torus" if any(x.topology == "torus" for x, _ in levels) else "switch",
         )
         levels = [(flat, math.prod(n for _, n in levels))]
-    if kind in REDUCTIONS and len(levels) > 1:
+    if kind in SYNTHESISED and len(levels) > 1:
         return synthesised(kind, nbytes, axes, mesh, hardware).seconds
     total, done = 0.0, 1  # `done`: product of the sizes of the faster levels
     for x, n in sorted(levels, key=lambda lv: -lv[0].bandwidth):
@@ -121,11 +121,12 @@ def collective_time(
 
 
 def synthesised(kind: str, nbytes: float, axes, mesh: Mesh, hardware: Hardware):
-    """The cheapest program of per-level steps for a ``kind`` reduction (all-reduce or
-    reduce-scatter) of ``nbytes`` per device over mesh ``axes`` (``synthesis.best``): which
-    levels each step runs on, its time and the default's (one ring over the group)."""
-    if kind not in REDUCTIONS:
-        raise HardwareError(f"synthesised({kind!r}): only {REDUCTIONS} are synthesised.")
+    """The cheapest program of per-level steps for a ``kind`` collective (all-reduce,
+    reduce-scatter or all-gather) of ``nbytes`` per device over mesh ``axes``
+    (``synthesis.best``): which levels each step runs on, its time and the default's (one
+    ring over the group)."""
+    if kind not in SYNTHESISED:
+        raise HardwareError(f"synthesised({kind!r}): only {SYNTHESISED} are synthesised.")
     spread = hardware.spread(mesh, tuple(axes))
     index = {link.name: i for i, (link, _) in enumerate(spread)}
     order = []  # per axis: the group's levels it lies on, outermost first

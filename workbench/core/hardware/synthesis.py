@@ -1,9 +1,7 @@
-"""Reductions synthesised per level (P2, Xie et al., MLSys 2022, arXiv 2110.10548, section 4).
+"""Reductions synthesised per level (P2, Xie et al., MLSys 2022, arXiv 2110.10548, sec. 4).
 
-A reduction over a group that spans levels need not run as one collective: it may run as a
-sequence of collectives over sub-groups, each on one level or on several at once. The
-grammar: a program is a sequence of steps, each an all-reduce (AR), a reduce-scatter (RS) or
-an all-gather (AG) over a set of the group's levels, where
+A reduction over a group that spans levels may run as a sequence of collectives, each an
+all-reduce (AR), reduce-scatter (RS) or all-gather (AG) over a set of the group's levels:
 
 - AR and RS reduce over levels not yet reduced (RS also keeps 1/n of the data, pushing
   its levels on a stack of scatters);
@@ -12,14 +10,13 @@ an all-gather (AG) over a set of the group's levels, where
 - an all-reduce ends with every level reduced and nothing scattered; a reduce-scatter
   with every level reduced and scattered. Where its scatters run in another order than
   the result's layout (the group's sub-axes, each axis's outer level first), the input's
-  blocks are permuted first: a local copy, priced as one (``copy_s``).
+  blocks are permuted first: a local copy, priced as one (``copy_s``);
+- an all-gather (not a reduction; its dual) gathers each level once, the last gathered
+  major, and permutes its output's blocks last where that is not the result's layout.
 
-A step over one level runs on that level's link (its figures for the step's kind); a
-step over several runs as one flat ring at the slowest bandwidth and largest latency.
-The default is the one-step program (one collective over the whole group, one ring); the
-hierarchical algorithm (RS inner levels first, AR the outermost, AG back) is another.
-Rooted reductions and broadcasts (P2's Reduce, Broadcast) are left out: ``shard_map``
-has no rooted collectives (README.md).
+A step over several levels is one flat ring at the slowest bandwidth and largest latency;
+the default is one such step over all. Rooted reductions and broadcasts (P2's Reduce,
+Broadcast) are left out: ``shard_map`` has none (README.md).
 
 `best` finds the cheapest program by Dijkstra over the grammar's states (a state: the
 levels reduced and the stack of scatters); `programs` lists every program, for checks.
@@ -41,8 +38,9 @@ from workbench.core.hardware.formulas import (
 from workbench.core.hardware.levels import Link
 from workbench.core.units import format_bytes, format_seconds
 
-#: The reductions synthesised (all-gathers and all-to-alls are priced as before).
+#: The reductions synthesised, and every kind synthesised (all-to-alls and permutes are not).
 REDUCTIONS = ("all-reduce", "reduce-scatter")
+SYNTHESISED = (*REDUCTIONS, "all-gather")
 _SHORT = {"all-reduce": "AR", "reduce-scatter": "RS", "all-gather": "AG"}
 
 
@@ -66,10 +64,14 @@ class Program:
     permuted: bool = False
 
     def describe(self, names) -> str:
-        """The steps, each with the names of its levels: ``RS nvlink, AR ib, AG nvlink``."""
-        parts = ["permute blocks"] if self.permuted else []
-        parts += [f"{_SHORT[s.kind]} {'+'.join(names[j] for j in s.levels)}" for s in self.steps]
-        return ", ".join(parts)
+        """The steps, each with the names of its levels: ``RS nvlink, AR ib, AG nvlink``
+        (a permutation first, or last for an all-gather, as ``permute blocks``)."""
+        steps = [f"{_SHORT[s.kind]} {'+'.join(names[j] for j in s.levels)}" for s in self.steps]
+        if not self.permuted:
+            return ", ".join(steps)
+        return ", ".join(
+            [*steps, "permute blocks"] if self.kind == "all-gather" else ["permute blocks", *steps]
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,9 +110,14 @@ def _subsets(items: tuple[int, ...]):
         yield from itertools.combinations(items, r)
 
 
-def _moves(k: int, reduced: frozenset, stack: tuple):
-    """``(step, reduced, stack)`` after each step the grammar allows from a state."""
+def _moves(kind: str, k: int, reduced: frozenset, stack: tuple):
+    """``(step, reduced, stack)`` after each step the grammar allows from a state (an
+    all-gather's: the levels gathered, in order)."""
     left = tuple(j for j in range(k) if j not in reduced)
+    if kind == "all-gather":
+        for levels in _subsets(left):
+            yield Step("all-gather", levels), reduced | set(levels), (*stack, levels)
+        return
     for levels in _subsets(left):
         done = reduced | set(levels)
         yield Step("all-reduce", levels), done, stack
@@ -125,6 +132,8 @@ def _done(kind: str, k: int, reduced: frozenset, stack: tuple) -> bool:
         return False
     if kind == "all-reduce":
         return not stack
+    if kind == "all-gather":
+        return True
     return sorted(j for entry in stack for j in entry) == list(range(k))
 
 
@@ -155,6 +164,20 @@ def permuted(stack: tuple, order: tuple[tuple[int, ...], ...]) -> bool:
     return done != wanted
 
 
+def out_of_order(kind: str, stack: tuple, order) -> bool:
+    """Whether a finished program of ``kind`` leaves its blocks out of the result's
+    layout: a reduce-scatter's scatters (the first major), an all-gather's gathers (the
+    last major) in another order than ``order``'s; an all-reduce never."""
+    if kind == "reduce-scatter":
+        return permuted(stack, order)
+    return kind == "all-gather" and permuted(tuple(reversed(stack)), order)
+
+
+def _start(kind: str, levels, nbytes: float) -> float:
+    """The local bytes a program starts from: an all-gather's ``nbytes`` is its output."""
+    return nbytes / math.prod(n for _, n in levels) if kind == "all-gather" else nbytes
+
+
 def price(program: Program, levels, nbytes: float, copy_s: float = 0.0) -> float:
     """Seconds ``program`` takes on a local array of ``nbytes`` over ``levels`` (``(link,
     devices)`` per level of the group, innermost first); ``copy_s``: a permutation's."""
@@ -171,9 +194,9 @@ def programs(kind: str, k: int, order=None, depth: int | None = None) -> list[Pr
 
     def walk(steps, reduced, stack):
         if _done(kind, k, reduced, stack):
-            out.append(Program(kind, tuple(steps), kind != "all-reduce" and permuted(stack, order)))
+            out.append(Program(kind, tuple(steps), out_of_order(kind, stack, order)))
         if len(steps) < depth:
-            for step, r, s in _moves(k, reduced, stack):
+            for step, r, s in _moves(kind, k, reduced, stack):
                 walk([*steps, step], r, s)
 
     walk([], frozenset(), ())
@@ -201,7 +224,7 @@ def best(
     start = (frozenset(), ())
     # Dijkstra on (seconds to 12 digits, steps taken, tie, seconds, state, bytes now, steps):
     # times equal but for rounding go to the shorter program
-    queue = [(0.0, 0, 0, 0.0, start, float(nbytes), ())]
+    queue = [(0.0, 0, 0, 0.0, start, _start(kind, levels, float(nbytes)), ())]
     settled: set = set()
     tie = itertools.count(1)
     found = None
@@ -214,17 +237,17 @@ def best(
         if _done(kind, k, reduced, stack):
             found = (t, Program(kind, steps))
             break
-        for step, r, s in _moves(k, reduced, stack):
+        for step, r, s in _moves(kind, k, reduced, stack):
             if (r, s) in settled:
                 continue
             dt, after = _step_time(step, levels, size)
-            if _done(kind, k, r, s) and kind == "reduce-scatter" and permuted(s, order):
+            if _done(kind, k, r, s) and out_of_order(kind, s, order):
                 dt += copy_s
             key = float(f"{t + dt:.12g}")
             heapq.heappush(queue, (key, n + 1, next(tie), t + dt, (r, s), after, (*steps, step)))
     t, program = found
-    if kind == "reduce-scatter":
-        program = Program(kind, program.steps, permuted(scatters(program), order))
+    if kind != "all-reduce":
+        program = Program(kind, program.steps, out_of_order(kind, scatters(program), order))
     base = default(kind, k)
     default_s = price(base, levels, nbytes)
     if default_s <= t * (1 + 1e-12):
@@ -236,16 +259,22 @@ def best(
 
 
 def parts(program: Program, levels, nbytes: float, copy_s: float = 0.0) -> tuple[float, ...]:
-    """Seconds of each part of ``program`` (`price`'s terms): the permutation, then each step."""
-    out = [copy_s] if program.permuted else []
+    """Seconds of each part of ``program`` (`price`'s terms), in ``describe``'s order."""
+    out = []
+    nbytes = _start(program.kind, levels, nbytes)
     for step in program.steps:
         t, nbytes = _step_time(step, levels, nbytes)
         out.append(t)
-    return tuple(out)
+    if not program.permuted:
+        return tuple(out)
+    return (*out, copy_s) if program.kind == "all-gather" else (copy_s, *out)
 
 
 def scatters(program: Program) -> tuple[tuple[int, ...], ...]:
-    """The levels of each scatter a program leaves in place, first scattered first."""
+    """The levels of each scatter a program leaves in place, first scattered first (an
+    all-gather's: each gather's, in order)."""
+    if program.kind == "all-gather":
+        return tuple(s.levels for s in program.steps)
     stack: list = []
     for s in program.steps:
         if s.kind == "reduce-scatter":
@@ -264,6 +293,7 @@ def flat(kind: str, nbytes: float, levels: tuple[tuple[Link, int], ...]) -> floa
 
 __all__ = [
     "REDUCTIONS",
+    "SYNTHESISED",
     "Program",
     "Step",
     "Synthesis",

@@ -25,7 +25,7 @@ from jax import lax
 from workbench.core.errors import InputError, given
 from workbench.core.hardware.collectives import synthesised
 from workbench.core.hardware.placement import Placement
-from workbench.core.hardware.synthesis import REDUCTIONS, Program, scatters
+from workbench.core.hardware.synthesis import SYNTHESISED, Program, scatters
 from workbench.core.layout.mesh import Mesh
 from workbench.core.ops.local import split_axes
 
@@ -112,9 +112,10 @@ def placement() -> Placement:
 
 def chosen(step) -> Program | None:
     """The synthesised program a redistribution ``step`` runs as: a sum (all-reduce or
-    reduce-scatter) over a group spanning levels, while `synthesising`; else None."""
+    reduce-scatter) or an all-gather over a group spanning levels, while `synthesising`;
+    else None."""
     active = _ACTIVE.get()
-    if active is None or step.kind not in REDUCTIONS or step.bytes <= 0:
+    if active is None or step.kind not in SYNTHESISED or step.bytes <= 0:
         return None
     if step.kind == "all-reduce" and step.reduction != "sum":
         return None
@@ -151,7 +152,9 @@ def _steps(x, program: Program, placement: Placement, axes, dim: int):
     stack: list = []
     for step in program.steps:
         names = _names(placement, axes, step.levels)
-        if step.kind == "all-reduce":
+        if program.kind == "all-gather":  # the gathered blocks go major
+            x = lax.all_gather(x, names, axis=dim, tiled=True)
+        elif step.kind == "all-reduce":
             x = lax.psum(x, names)
         elif step.kind == "reduce-scatter":
             x = lax.psum_scatter(x, names, scatter_dimension=dim, tiled=True)
@@ -165,24 +168,35 @@ def _steps(x, program: Program, placement: Placement, axes, dim: int):
     return x
 
 
-def _permute(x, program: Program, placement: Placement, axes, dim: int):
-    """``x`` with its blocks along ``dim`` reordered so that scatters in the program's
-    order leave each device the block the result's layout gives it."""
-    wanted = [name for a in axes for name, _, f in sub_axes(placement, a) if f > 1]
-    done = [n for levels in scatters(program) for n in _names(placement, axes, levels)]
-    sizes = dict((name, f) for a in axes for name, _, f in sub_axes(placement, a) if f > 1)
+def _permute(x, src: list[str], dst: list[str], sizes: dict[str, int], dim: int):
+    """``x`` with the blocks of ``dim``, laid out over the sub-axes ``src`` (major first),
+    laid out over ``dst`` instead."""
     shape = list(x.shape)
-    split = [*shape[:dim], *(sizes[n] for n in wanted), -1, *shape[dim + 1 :]]
+    split = [*shape[:dim], *(sizes[n] for n in src), -1, *shape[dim + 1 :]]
     lead = list(range(dim))
-    moved = [dim + wanted.index(n) for n in done]
-    rest = list(range(dim + len(wanted), len(split)))
+    moved = [dim + src.index(n) for n in dst]
+    rest = list(range(dim + len(src), len(split)))
     return x.reshape(split).transpose([*lead, *moved, *rest]).reshape(shape)
 
 
+def _layouts(program: Program, placement: Placement, axes):
+    """``(result's sub-axes, the program's, their sizes)``: the order the result's blocks
+    take (each axis's outer level first) and the order the program's scatters (the first
+    major) or gathers (the last major) leave them in."""
+    parts = [(name, f) for a in axes for name, _, f in sub_axes(placement, a) if f > 1]
+    wanted = [name for name, _ in parts]
+    entries = scatters(program)
+    if program.kind == "all-gather":
+        entries = tuple(reversed(entries))
+    done = [n for levels in entries for n in _names(placement, axes, levels)]
+    return wanted, done, dict(parts)
+
+
 def reduce(x, program: Program, placement: Placement, axes, dim: int = 0):
-    """``program`` (a sum over the mesh ``axes``) on the local array ``x``, inside
-    ``shard_map`` over `split_mesh`: an all-reduce returns ``x``'s shape, a reduce-scatter
-    ``x`` with ``dim`` divided by the group's size (blocks in the result's order)."""
+    """``program`` (a sum, or an all-gather, over the mesh ``axes``) on the local array
+    ``x``, inside ``shard_map`` over `split_mesh`: an all-reduce returns ``x``'s shape, a
+    reduce-scatter ``x`` with ``dim`` divided by the group's size, an all-gather with it
+    multiplied (blocks in the result's order)."""
     axes = tuple(axes)
     n = math.prod(f for a in axes for _, _, f in sub_axes(placement, a))
     if program.kind == "all-reduce":
@@ -190,6 +204,12 @@ def reduce(x, program: Program, placement: Placement, axes, dim: int = 0):
         pad = (-flat.size) % n
         y = jnp.pad(flat, (0, pad)) if pad else flat
         return _steps(y, program, placement, axes, 0)[: flat.size].reshape(x.shape)
+    if program.kind == "all-gather":
+        y = _steps(x, program, placement, axes, dim)
+        if program.permuted:
+            wanted, done, sizes = _layouts(program, placement, axes)
+            y = _permute(y, done, wanted, sizes, dim)
+        return y
     if program.kind != "reduce-scatter":
         raise InputError(f"reduce: a program of kind {given(program.kind)} is no reduction.")
     if x.shape[dim] % n:
@@ -198,5 +218,6 @@ def reduce(x, program: Program, placement: Placement, axes, dim: int = 0):
             f"{axes}; a reduce-scatter needs it divisible."
         )
     if program.permuted:
-        x = _permute(x, program, placement, axes, dim)
+        wanted, done, sizes = _layouts(program, placement, axes)
+        x = _permute(x, wanted, done, sizes, dim)
     return _steps(x, program, placement, axes, dim)

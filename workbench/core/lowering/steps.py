@@ -46,15 +46,15 @@ def _run(x, step: Step, mesh: Mesh, again: bool = False):
         if step.reduction == "sum":
             return jnp.where(first, x, jnp.zeros((), x.dtype))
         return x  # a whole value is already a valid pending max or min
+    program = None if again else reductions.chosen(step)  # across levels, synthesising
+    if program is not None:
+        return reductions.reduce(x, program, reductions.placement(), axes, step.dim or 0)
     if kind == "all-gather":
         if again:
             shape = list(x.shape)
             shape[step.dim] *= int(np.prod([mesh.axis_size(a) for a in axes]))
             return lax.all_gather(x, _names(axes), axis=step.dim, tiled=False).reshape(shape)
         return lax.all_gather(x, _names(axes), axis=step.dim, tiled=True)
-    program = reductions.chosen(step)  # a sum across levels, where the lowering synthesises
-    if program is not None:
-        return reductions.reduce(x, program, reductions.placement(), axes, step.dim or 0)
     if kind == "reduce-scatter":
         return lax.psum_scatter(x, _names(axes), scatter_dimension=step.dim, tiled=True)
     if kind == "all-reduce":
