@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from workbench.core.estimate.static import PlannedStep
-from workbench.core.hardware.collectives import collective_time, synthesised
-from workbench.core.hardware.synthesis import SYNTHESISED, Synthesis
+from workbench.core.hardware.collectives import priced
+from workbench.core.hardware.synthesis import Synthesis
 from workbench.core.layout.collectives import Collective
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.sharding import Sharding
@@ -84,10 +84,10 @@ class Communication(PlannedStep):
                 elif (c.op, c.value) in self.step_end:
                     b = ("step", c.op)
             if b is None:
-                s = self.synthesis(c.kind, c.bytes, c.axes)
+                t, s = priced(c.kind, c.bytes, c.axes, mesh, hw)
                 if s is not None:
                     chosen[i] = s
-                seconds.append(collective_time(c.kind, c.bytes, c.axes, mesh, hw))
+                seconds.append(t)
             else:  # priced with its bucket below
                 combined.setdefault((b, c.axes, c.reduction), []).append(i)
                 seconds.append(0.0)
@@ -104,8 +104,7 @@ class Communication(PlannedStep):
                 size += collectives[i].bytes
             for chunk in chunks:
                 total = sum(collectives[i].bytes for i in chunk)
-                t = collective_time("all-reduce", total, axes, mesh, hw)
-                s = self.synthesis("all-reduce", total, axes)
+                t, s = priced("all-reduce", total, axes, mesh, hw)
                 for i in chunk:
                     seconds[i] = t * collectives[i].bytes / total
                     if s is not None:
@@ -116,13 +115,6 @@ class Communication(PlannedStep):
             copy = nbytes / hw.copy_bandwidth(c.bytes) + kernels * hw.op_overhead
             out.append(CollectiveEstimate(c, t + copy, copy, self.hidden(c), chosen.get(i)))
         return out
-
-    def synthesis(self, kind: str, nbytes: float, axes) -> Synthesis | None:
-        """The program a reduction over levels runs as (``collective_time`` prices it so);
-        None for other kinds and groups on one level."""
-        if kind not in SYNTHESISED or nbytes <= 0 or len(self.hw.spread(self.mesh, axes)) < 2:
-            return None
-        return synthesised(kind, nbytes, axes, self.mesh, self.hw)
 
     def hidden(self, c: Collective) -> bool:
         """Whether the "prefetch" policy hides ``c`` behind compute: a gather of a value made

@@ -33,7 +33,7 @@ from workbench.core.hardware.formulas import (
     reduce_scatter_time,
 )
 from workbench.core.hardware.levels import KINDS, HardwareError, Link
-from workbench.core.hardware.synthesis import SYNTHESISED, best
+from workbench.core.hardware.synthesis import SYNTHESISED, Synthesis, best
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.redistribute import wire_bytes
 
@@ -81,20 +81,35 @@ def collective_time(
     hierarchical: bool = True,
 ) -> float:
     """Seconds one collective takes on ``hardware``, over mesh ``axes`` (see module doc)."""
+    return priced(kind, nbytes, axes, mesh, hardware, hierarchical=hierarchical)[0]
+
+
+def priced(
+    kind: str,
+    nbytes: float,
+    axes: Iterable[str],
+    mesh: Mesh,
+    hardware: Hardware,
+    *,
+    hierarchical: bool = True,
+) -> tuple[float, Synthesis | None]:
+    """``collective_time``'s seconds, and the synthesised program they are the time of
+    (None where the group is on one level, or the kind is not synthesised)."""
     if kind not in KINDS:
         raise HardwareError(f"unknown collective kind {kind!r}; use one of {KINDS}.")
     axes = tuple(axes)
     if not axes or nbytes <= 0:
-        return 0.0
+        return 0.0, None
     if len(set(axes)) != len(axes):
         raise HardwareError(f"a collective runs over each mesh axis once; got axes {axes}.")
+    spread = hardware.spread(mesh, axes)
     # each level's figures for this kind of collective (its own, unless measured per kind)
-    levels = [(_for_kind(x, kind), n) for x, n in hardware.spread(mesh, axes)]
+    levels = [(_for_kind(x, kind), n) for x, n in spread]
     if not levels:  # every axis of size 1
-        return 0.0
+        return 0.0, None
     if kind == "collective-permute":
         slowest = min((x for x, _ in levels), key=lambda x: x.bandwidth)
-        return permute_time(nbytes, slowest.bandwidth, max(x.latency for x, _ in levels))
+        return permute_time(nbytes, slowest.bandwidth, max(x.latency for x, _ in levels)), None
     if not hierarchical and len(levels) > 1:
         flat = Link(
             "flat",
@@ -104,7 +119,8 @@ def collective_time(
         )
         levels = [(flat, math.prod(n for _, n in levels))]
     if kind in SYNTHESISED and len(levels) > 1:
-        return synthesised(kind, nbytes, axes, mesh, hardware).seconds
+        chosen = _synthesised(kind, nbytes, axes, mesh, hardware, spread)
+        return chosen.seconds, chosen
     total, done = 0.0, 1  # `done`: product of the sizes of the faster levels
     for x, n in sorted(levels, key=lambda lv: -lv[0].bandwidth):
         if kind == "all-to-all":
@@ -117,7 +133,7 @@ def collective_time(
         }[kind]
         total += stage(nbytes / done, n, x.bandwidth, x.latency)
         done *= n
-    return total
+    return total, None
 
 
 def synthesised(kind: str, nbytes: float, axes, mesh: Mesh, hardware: Hardware):
@@ -127,7 +143,11 @@ def synthesised(kind: str, nbytes: float, axes, mesh: Mesh, hardware: Hardware):
     ring over the group)."""
     if kind not in SYNTHESISED:
         raise HardwareError(f"synthesised({kind!r}): only {SYNTHESISED} are synthesised.")
-    spread = hardware.spread(mesh, tuple(axes))
+    return _synthesised(kind, nbytes, axes, mesh, hardware, hardware.spread(mesh, tuple(axes)))
+
+
+def _synthesised(kind: str, nbytes: float, axes, mesh: Mesh, hardware: Hardware, spread):
+    """`synthesised` over the group's ``spread`` (``Hardware.spread``), known already."""
     index = {link.name: i for i, (link, _) in enumerate(spread)}
     order = []  # per axis: the group's levels it lies on, outermost first
     for axis in axes:

@@ -124,7 +124,7 @@ def lower_explicit(
     else its own, else the mesh order's), the mesh's axes are split by level and each sum
     over a group spanning levels runs as the program the simulator prices it as
     (`reductions.synthesising`)."""
-    placed = reductions.placed_for(mesh, state, hardware)
+    placed = reductions.lowered_on(mesh, state, hardware)
     if placed is None:
         jmesh = jax_mesh(mesh, devices, state.placement)
     else:

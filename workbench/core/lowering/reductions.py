@@ -23,7 +23,7 @@ import numpy as np
 from jax import lax
 
 from workbench.core.errors import InputError, given
-from workbench.core.hardware.collectives import synthesised
+from workbench.core.hardware.collectives import priced
 from workbench.core.hardware.placement import Placement
 from workbench.core.hardware.synthesis import SYNTHESISED, Program, scatters
 from workbench.core.layout.mesh import Mesh
@@ -84,7 +84,7 @@ def parts_of(jmesh: jax.sharding.Mesh) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def placed_for(mesh: Mesh, state, hardware):
+def lowered_on(mesh: Mesh, state, hardware):
     """``hardware`` placed as a lowering that synthesises reductions runs it (the state's
     placement, else the hardware's own, else the mesh order's), or None: no hardware, or
     levels that do not divide the mesh. A placement on other levels than ``hardware``'s
@@ -115,14 +115,13 @@ def chosen(step) -> Program | None:
     reduce-scatter) or an all-gather over a group spanning levels, while `synthesising`;
     else None."""
     active = _ACTIVE.get()
-    if active is None or step.kind not in SYNTHESISED or step.bytes <= 0:
+    if active is None or step.kind not in SYNTHESISED:
         return None
     if step.kind == "all-reduce" and step.reduction != "sum":
         return None
     mesh, hardware = active
-    if len(hardware.spread(mesh, step.axes)) < 2:
-        return None
-    return synthesised(step.kind, step.bytes, step.axes, mesh, hardware).program
+    _, s = priced(step.kind, step.bytes, step.axes, mesh, hardware)
+    return None if s is None else s.program
 
 
 def group_levels(placement: Placement, axes) -> tuple[int, ...]:

@@ -11,12 +11,7 @@ from workbench.core.dtypes import is_extended
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.redistribute import Step
 from workbench.core.lowering import reductions
-from workbench.core.ops.local import jax_axes, shard_index
-
-
-def _names(axes):
-    names = jax_axes(axes)  # an axis a placement splits by level: its parts
-    return names[0] if len(names) == 1 else names
+from workbench.core.ops.local import axis_name, jax_axes, shard_index
 
 
 def run_step(x, step: Step, mesh: Mesh, again: bool = False):
@@ -42,7 +37,7 @@ def _run(x, step: Step, mesh: Mesh, again: bool = False):
     if kind == "mask":
         first = jnp.ones((), bool)
         for axis in axes:
-            first = first & (lax.axis_index(_names((axis,))) == 0)
+            first = first & (lax.axis_index(axis_name((axis,))) == 0)
         if step.reduction == "sum":
             return jnp.where(first, x, jnp.zeros((), x.dtype))
         return x  # a whole value is already a valid pending max or min
@@ -53,16 +48,16 @@ def _run(x, step: Step, mesh: Mesh, again: bool = False):
         if again:
             shape = list(x.shape)
             shape[step.dim] *= int(np.prod([mesh.axis_size(a) for a in axes]))
-            return lax.all_gather(x, _names(axes), axis=step.dim, tiled=False).reshape(shape)
-        return lax.all_gather(x, _names(axes), axis=step.dim, tiled=True)
+            return lax.all_gather(x, axis_name(axes), axis=step.dim, tiled=False).reshape(shape)
+        return lax.all_gather(x, axis_name(axes), axis=step.dim, tiled=True)
     if kind == "reduce-scatter":
-        return lax.psum_scatter(x, _names(axes), scatter_dimension=step.dim, tiled=True)
+        return lax.psum_scatter(x, axis_name(axes), scatter_dimension=step.dim, tiled=True)
     if kind == "all-reduce":
         reduce = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}[step.reduction]
-        return reduce(x, _names(axes))
+        return reduce(x, axis_name(axes))
     if kind == "all-to-all":
         return lax.all_to_all(
-            x, _names(axes[:1]), split_axis=step.dim, concat_axis=step.dim_from, tiled=True
+            x, axis_name(axes[:1]), split_axis=step.dim, concat_axis=step.dim_from, tiled=True
         )
     if kind == "collective-permute":
         names = jax_axes(mesh_order(axes, mesh))

@@ -45,14 +45,18 @@ def jax_axes(axes) -> tuple[str, ...]:
     return tuple(name for a in axes for name in split.get(a, (a,)))
 
 
+def axis_name(axes) -> str | tuple[str, ...]:
+    """What a JAX collective or ``axis_index`` names mesh ``axes`` by: one name alone,
+    else the tuple of them (`jax_axes`)."""
+    names = jax_axes(axes)
+    return names[0] if len(names) == 1 else names
+
+
 def shard_index(axes, mesh: Mesh):
     """This device's block index along a dimension tiled over ``axes`` (major to minor)."""
     index = 0
     for axis in axes:
-        names = jax_axes((axis,))
-        index = index * mesh.axis_size(axis) + lax.axis_index(
-            names[0] if len(names) == 1 else names
-        )
+        index = index * mesh.axis_size(axis) + lax.axis_index(axis_name((axis,)))
     return index
 
 
