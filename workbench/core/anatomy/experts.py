@@ -5,9 +5,10 @@ Read from the forward pass and the dimension classes, never from names:
 
 - an *expert* matmul reads a parameter with a dimension of size E > 1 it keeps per expert
   while contracting another: E a batch dimension of a ``dot_general``, or the group
-  dimension of a grouped matmul (``ragged_dot``: a blocked factor the parameter shares
-  with the group sizes); parameters a matmul reads carrying that class (a dense MoE's
-  "BSM,EMH->BSEH") are experts too; one experts class per MoE layer;
+  dimension of a grouped matmul (``ragged_dot``: a factor only the parameter carries,
+  or a blocked one it shares with the group sizes); parameters a matmul reads carrying
+  that class (a dense MoE's "BSM,EMH->BSEH") are experts too; one experts class per MoE
+  layer;
 - the *router* is a parameter projection of the residual stream whose output, through
   ops other than matmuls, reaches an op making integers from floats (``top_k``,
   ``argmax``, an argsort): the decision; what the decision and the router's floats (the
@@ -18,7 +19,8 @@ Read from the forward pass and the dimension classes, never from names:
   output by the gates (a gather back, an einsum with the combine tensor).
 
 The router's output dimension and the experts' dimension are one experts dimension
-(``Experts.classes``) even where the decision's integers cut the dataflow between them.
+(``Experts.classes``) even where the decision's integers cut the dataflow between them; a
+grouped matmul's group dims (each its own factor) join it through the group sizes they read.
 """
 
 from __future__ import annotations
@@ -81,8 +83,16 @@ def _expert_dim(program, classes, op, operand, origin) -> tuple[int, int] | None
     elsewhere = {f for i, dims in enumerate(mapping.operands) if i != side for d in dims for f in d}
     for d, factors in enumerate(mapping.operands[side]):
         f = factors[0] if factors and shape[d] > 1 else None
-        if f in mapping.blocked and f in elsewhere and not any(f in r for r in mapping.results[0]):
-            return d, classes.of(operand, d)
+        if f is None or any(f in r for r in mapping.results[0]):
+            continue
+        shared = f in mapping.blocked and f in elsewhere  # groups kept whole
+        own = f in mapping.contracting and f not in elsewhere  # groups that may be tiled
+        if not (shared or own):
+            continue
+        sizes = [v for v in others if _integer(values[v]) and values[v].shape]
+        if own and sizes:  # keyed by the group sizes' class, which every group dim reads
+            return d, classes.of(sizes[0], len(values[sizes[0]].shape) - 1)
+        return d, classes.of(operand, d)
     return None
 
 
@@ -280,12 +290,13 @@ def _layer(program, classes, origin, model, router, c, group, floats, routed) ->
     else:
         form = "other"
     out_class = classes.of(logits, len(values[logits].shape) - 1)
+    own = {classes.of(param, pd) for _, param, pd, _ in group} if grouped else set()
     return Experts(
         router.param,
         router_dim,
         experts,
         size,
-        frozenset({c, out_class}),
+        frozenset({c, out_class, *own}),
         dispatch,
         combine,
         routing,
