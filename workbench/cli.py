@@ -237,6 +237,12 @@ def plan_json(args, session, ex, est) -> dict:
             "by_kind": dict(est.by_kind),
             "flops": est.flops,
             "note": est.note,  # how it was priced, where a reader must know ("" if nothing)
+            # under --expert-load: per MoE layer its capacity, drops and busiest device
+            **(
+                {"experts": [{f.name: getattr(r, f.name) for f in fields(r)} for r in est.experts]}
+                if est.experts
+                else {}
+            ),
             "memory": {
                 "peak": m.peak,
                 "capacity": m.capacity,
@@ -282,6 +288,7 @@ def plan_text(args, session, ex, est) -> list[str]:
         f"schedule  {schedule}",
         f"hardware  {est.hardware}, overlap {est.overlap}",
         *([f"note      {est.note}"] if est.note else []),
+        *([f"experts   {est.moe}"] if est.experts else []),
         "",
         *_label("step time", format_seconds(est.step_s)),
         *_label("  compute", f"{format_seconds(est.compute_s)} ({est.flops:.3g} FLOP per device)"),
@@ -331,13 +338,28 @@ def plan_text(args, session, ex, est) -> list[str]:
     return out
 
 
+def parse_expert_load(text: str | None):
+    """``--expert-load``: a skew (``2``) or relative loads, one per expert (``2,1,1,1``)."""
+    if text is None:
+        return None
+    try:
+        loads = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise UsageError(
+            f"--expert-load {text!r}: give a skew >= 1 (e.g. 2: the busiest expert's tokens "
+            "over the mean) or relative loads, one per expert, joined by commas (e.g. 2,1,1,1)."
+        ) from None
+    return loads[0] if len(loads) == 1 else loads
+
+
 def cmd_plan(args) -> int:
     hardware = find_hardware(args.hardware) if args.hardware else None
     overlap = parse_overlap(args.overlap)
     if args.top < 0:
         raise UsageError(f"--top {args.top}: give a number of collectives, or 0 to list all.")
+    load = parse_expert_load(args.expert_load)
     session, ex = make_session(args)
-    est = session.estimate(hardware, overlap=overlap)
+    est = session.estimate(hardware, overlap=overlap, expert_load=load)
     if args.json:
         print(json.dumps(plan_json(args, session, ex, est), indent=2))
     else:
@@ -407,6 +429,9 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument("--hardware", help="a preset from `workbench hardware` (default: cpu)")
     plan.add_argument(
         "--overlap", default="none", help="none, full, prefetch or a fraction (0 to 1)"
+    )
+    plan.add_argument(
+        "--expert-load", help="MoE routing load: a skew >= 1 (e.g. 2) or loads, e.g. 2,1,1,1"
     )
     plan.add_argument("--top", type=int, default=20, help="collectives listed (0: all)")
     plan.add_argument("--json", action="store_true", help="print one JSON object")

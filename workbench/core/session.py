@@ -233,18 +233,19 @@ class Session:
         )
         return Collectives([*self.plan().collectives, *sends], self.program, self.history)
 
-    def estimate(self, hardware=None, *, overlap="none", step: int | None = None):
+    def estimate(self, hardware=None, *, overlap="none", step=None, expert_load=None):
         """The simulator's estimate of one step per device on ``hardware`` (default: the host CPU
-        preset) at ``step`` (default: the current one): time by compute and collective kind,
-        and peak memory by category. Cached per state, spec and overlap, as plans are."""
+        preset) at ``step`` (default: the current one), its MoE layers under ``expert_load``
+        (None: balanced; see ``estimate/experts.py``). Cached per state, spec, overlap, load."""
         from workbench.core import hardware as presets
-        from workbench.core.estimate import check_overlap, estimate
+        from workbench.core.estimate import check_overlap, estimate, expert_loads, with_load
         from workbench.core.estimate.placements import placed_for
         from workbench.core.estimate.step import placed_twin, repriced
 
         state = self.state if step is None else self._states[self._step(step)]
         hardware = presets.resolve(hardware)  # None: the CPU preset; a preset's name; a spec
         check_overlap(overlap)
+        load = expert_loads(self.program, expert_load)  # checked before any work
         cache = self.__dict__.setdefault("_estimates", {}).setdefault(state, {})
         if (hardware, overlap) not in cache:
             priced, note = placed_for(self.mesh, state.placement, hardware)  # a Place step's
@@ -252,7 +253,7 @@ class Session:
             twin = placed_twin(cache, priced, overlap)  # the same but for its placement
             e = estimate(*args, overlap=overlap) if twin is None else repriced(twin, *args)
             cache[hardware, overlap] = e if e.note == note else dataclasses.replace(e, note=note)
-        return cache[hardware, overlap]
+        return with_load(cache, (hardware, overlap), load, self, state, step)
 
     def place(self, placement) -> Session:
         """Fix where the mesh's axes lie on the hardware's levels, as a step of the history

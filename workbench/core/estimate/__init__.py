@@ -6,6 +6,7 @@ README.md for what each module holds.
 
 from workbench.core.estimate.communication import CollectiveEstimate
 from workbench.core.estimate.compute import OpEstimate
+from workbench.core.estimate.experts import ExpertLayer, expert_loads, with_load
 from workbench.core.estimate.memory import CATEGORIES, Memory, donations
 from workbench.core.estimate.overlap import OVERLAPS, check_overlap, overlapped
 from workbench.core.estimate.pipelined import PipelineEstimate, price_pipeline
@@ -19,6 +20,7 @@ __all__ = [
     "SCHEDULES",
     "CollectiveEstimate",
     "Estimate",
+    "ExpertLayer",
     "Memory",
     "OpEstimate",
     "PipelineEstimate",
@@ -28,8 +30,10 @@ __all__ = [
     "check_overlap",
     "donations",
     "estimate",
+    "expert_loads",
     "overlapped",
     "price_pipeline",
     "schedule",
     "simulate",
+    "with_load",
 ]

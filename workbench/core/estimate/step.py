@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from workbench.core.estimate.communication import CollectiveEstimate, Communication
 from workbench.core.estimate.compute import Compute, OpEstimate
+from workbench.core.estimate.experts import summary
 from workbench.core.estimate.liveness import Liveness
 from workbench.core.estimate.memory import Memory
 from workbench.core.estimate.overlap import check_overlap, overlapped
@@ -45,6 +46,10 @@ class Estimate:
     #: what a reader must know about how it was priced (a session's placement that does not
     #: apply to the hardware: ``estimate.placements.placed_for``); "" when nothing
     note: str = ""
+    #: under a user-given expert load (``Session.estimate(expert_load=)``): one
+    #: `ExpertLayer` per MoE layer, and the load checked (``experts.expert_loads``)
+    experts: tuple = field(default=(), repr=False)
+    expert_load: tuple | None = field(default=None, repr=False)
 
     def by_tactic(self) -> dict[int | None, float]:
         """Communication seconds per tactic index (None: no tactic behind it)."""
@@ -56,10 +61,19 @@ class Estimate:
     def __str__(self) -> str:
         kinds = ", ".join(f"{k} {format_seconds(v)}" for k, v in self.by_kind.items() if v)
         return (
-            f"step {format_seconds(self.step_s)} on {self.hardware} (compute {format_seconds(self.compute_s)}, "
-            f"communication {format_seconds(self.communication_s)}{': ' + kinds if kinds else ''}; "
-            f"overlap {self.overlap}); memory {self.memory}"
-        ) + (f"; NOTE: {self.note}" if self.note else "")
+            (
+                f"step {format_seconds(self.step_s)} on {self.hardware} (compute {format_seconds(self.compute_s)}, "
+                f"communication {format_seconds(self.communication_s)}{': ' + kinds if kinds else ''}; "
+                f"overlap {self.overlap}); memory {self.memory}"
+            )
+            + (f"; {self.moe}" if self.experts else "")
+            + (f"; NOTE: {self.note}" if self.note else "")
+        )
+
+    @property
+    def moe(self) -> str:
+        """The MoE layers under the given expert load, in a line ("" without a load)."""
+        return summary(self.experts, self.expert_load)
 
     def __repr__(self) -> str:
         from workbench.core import display as d
@@ -74,7 +88,7 @@ class Estimate:
             "at the peak: "
             + ", ".join(f"{k} {d.format_bytes(v)}" for k, v in m.at_peak.items() if v),
             f"{self.flops:.3g} flops, {self.kernels} kernels, {len(self.collectives)} collectives",
-        ]
+        ] + ([self.moe] if self.experts else [])
         spanning = [c for c in self.collectives if c.synthesis is not None]
         if spanning:  # reductions across levels, each run as its synthesised program
             top = max(spanning, key=lambda c: c.total_s).synthesis
@@ -111,6 +125,7 @@ class Estimate:
         return d.panel(
             f"Estimate on {self.hardware}: step {format_seconds(self.step_s)} per device",
             d.facts([("note", self.note)]) if self.note else "",
+            d.facts([("MoE", self.moe)]) if self.experts else "",
             d.table(("time", ""), time),
             d.table(("memory at the peak", ""), mem),
             d.details(f"the {len(slow)} slowest of {len(self.collectives)} collectives", colls),
@@ -186,9 +201,10 @@ def placed_twin(cache: Mapping, hardware: Hardware, overlap) -> Estimate | None:
     """An estimate in ``cache`` (``(hardware, overlap) -> Estimate``) of the same overlap on
     hardware that differs from ``hardware`` only in its placement, or None."""
     bare = dataclasses.replace(hardware, placement=None)
-    for (hw, o), e in cache.items():
+    for (hw, o, *load), e in cache.items():
         if (
-            o == overlap
+            not load  # an expert load's estimate is priced from its balanced one
+            and o == overlap
             and hw.name == hardware.name
             and dataclasses.replace(hw, placement=None) == bare
         ):
