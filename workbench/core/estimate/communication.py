@@ -30,10 +30,12 @@ class CollectiveEstimate:
     #: a reduction whose group spans levels: the program of per-level steps it is priced as
     #: (its bucket's, where it runs combined), and the default it beat (``hardware/synthesis``)
     synthesis: Synthesis | None = None
+    behind_s: float = 0.0  # per run: the part a ring attention's blocks hide (``rings.py``)
 
     @property
     def total_s(self) -> float:
-        return self.seconds * self.collective.count
+        """Seconds per step the step waits for it."""
+        return (self.seconds - self.behind_s) * self.collective.count
 
 
 def relaid(kind: str, dim: int | None, src: Sharding, dst: Sharding, mesh: Mesh) -> bool:

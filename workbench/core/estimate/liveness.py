@@ -9,6 +9,7 @@ from functools import cached_property
 
 import numpy as np
 
+from workbench.core.estimate import rings
 from workbench.core.estimate.communication import Communication, relaid
 from workbench.core.estimate.memory import CATEGORIES, TUPLE_POINTER_BYTES, Memory, donations
 from workbench.core.estimate.static import PlannedStep
@@ -40,6 +41,7 @@ class _Lifetimes:
         self.read_last: dict[int, int] = {}  # fused value -> the last position that reads it
         self.relaid: dict[tuple, int] = {}  # a layout a collective makes on a transposed copy
         self.eager: list[tuple[tuple, int]] = []  # shrunk layouts, made once their source is
+        self.scratch: list[tuple[int, int]] = []  # (position, bytes) a ring attention works in
 
     def touch(self, key, at, *, made=False, shrink=False):
         span = self.spans.get(key)
@@ -134,6 +136,7 @@ class Liveness(PlannedStep):
         life.read_fused()
         held = life.shrink_where_made()
         copies += [(life.spans[key][0], nbytes) for key, nbytes in life.relaid.items()]
+        copies += life.scratch
         return self.sweep(life.spans, copies, end, in_place, held)
 
     def _walk(self, life: _Lifetimes, runs_at, reduced_at: dict) -> None:
@@ -153,6 +156,11 @@ class Liveness(PlannedStep):
             reduce_at = reduced_at.get(at)
             if runs_at is not None:
                 at = runs_at[at]
+            if op.id in plan.skipped:  # a ring attention's: only the ring's own buffers
+                ring = plan.rings.get(op.id)
+                if ring is not None:
+                    self._ring(life, ring, at, fused)
+                continue
             inner, read = [], []
             for v, fetch in zip(op.linked_operands, o.fetches):
                 if fetch is None:
@@ -173,6 +181,23 @@ class Liveness(PlannedStep):
             for fetch in o.fetches:
                 if fetch is not None:
                     self._fetch(life, fetch, at, reduce_at, fused)
+
+    def _ring(self, life: _Lifetimes, ring, at: int, fused) -> None:
+        """A ring attention's pass at ``at``: what it reads and makes, its working buffers,
+        and the output and log-sum-exp the forward keeps for the backward."""
+        for fetch in ring.fetches:
+            if fetch is not None:
+                self._fetch(life, fetch, at, None, fused)
+        for v, layout in ring.makes:
+            life.made_at[v] = at
+            life.touch((v, layout), at, made=True)
+        r = ring.region
+        life.scratch.append((at, rings.working(ring, self.mesh, self.state)))
+        life.touch((r.logits, rings.kept(ring, self.mesh, self.state)), at)  # log-sum-exp
+        if ring.backward:
+            out = self.plan.rings.get(r.context)
+            if out is not None:
+                life.touch((r.out, out.makes[0][1]), at)
 
     def _fetch(self, life: _Lifetimes, fetch, at: int, reduce_at, fused) -> None:
         """Touch the buffers one fetch reads and makes at position ``at`` (``reduce_at``: where

@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from workbench.core.estimate import rings
 from workbench.core.estimate.communication import CollectiveEstimate, Communication
 from workbench.core.estimate.compute import Compute, OpEstimate
 from workbench.core.estimate.experts import summary
@@ -146,12 +147,13 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
     communication = Communication(program, mesh, state, plan, hardware)
     liveness = Liveness(program, mesh, state, plan, hardware, communication)
     ops = compute.op_estimates()
-    collectives = communication.collective_estimates()
+    collectives = rings.hide(plan, ops, communication.collective_estimates())
     local_s, local_kernels = compute.local_steps()
     copy_s, copy_kernels = compute.operand_copies()
     memory = liveness.memory()
     fresh_s = hardware.fresh_memory_time(liveness.per_step_buffers(memory))
     compute_s = sum(o.total_s for o in ops) + local_s + copy_s + fresh_s
+    compute_s += rings.recompute_s(plan, ops)
     by_kind, communication_s, hidden = _totals(collectives, overlap)
     return Estimate(
         hardware=hardware.name,
@@ -177,6 +179,7 @@ def repriced(estimate_: Estimate, program, mesh: Mesh, state, plan, hardware: Ha
     if estimate_.pipeline is not None:
         return estimate(program, mesh, state, plan, hardware, overlap=estimate_.overlap)
     collectives = Communication(program, mesh, state, plan, hardware).collective_estimates()
+    collectives = rings.hide(plan, estimate_.ops, collectives)
     by_kind, communication_s, hidden = _totals(collectives, estimate_.overlap)
     return dataclasses.replace(
         estimate_,

@@ -114,6 +114,12 @@ class State:
                 return placement
         return None
 
+    @property
+    def rings(self) -> tuple[str, ...]:
+        """The axes whose context parallelism passes keys and values around a ring (the
+        ``ring`` of a ``CP(kind="ring")`` of the schedule), in order."""
+        return tuple(r for t in self.schedule if (r := getattr(t, "ring", None)) is not None)
+
     @classmethod
     def initial(cls, program) -> State:
         whole: dict = {}  # (shape, dtype) -> its unsharded sharding, made once

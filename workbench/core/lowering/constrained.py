@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import jax
 from jax.sharding import NamedSharding
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import InputError, WorkbenchError
 from workbench.core.ir.program import Lit
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.sharding import Sharding
@@ -56,6 +56,12 @@ def lower_constrained(program, mesh: Mesh, state, devices=None, donate=(), probe
     """A jitted function of the program's flat inputs, with the state's shardings as
     constraints; ``donate``: indices of inputs whose buffers it may reuse; ``probes``: value
     ids also returned, after the outputs."""
+    if state.rings:
+        raise InputError(
+            f"the schedule runs attention as a ring on {state.rings[-1]!r} (CP kind='ring'), "
+            "which only the explicit lowering performs; kind='constrained' would gather the "
+            "keys and values instead. Use the explicit lowering."
+        )
     guard_backend(program, state, devices)
     jmesh = jax_mesh(mesh, devices, state.placement)
     interp = _Constrained(program, state, jmesh, probes)

@@ -18,6 +18,7 @@ from workbench.core.ir.program import Lit
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.redistribute import as_layout, layout_key
 from workbench.core.lowering import reductions
+from workbench.core.lowering import ring as rings
 from workbench.core.lowering.arguments import check_devices
 from workbench.core.lowering.interpret import Interpreter, literal
 from workbench.core.lowering.local import bind_local
@@ -31,6 +32,31 @@ class _Explicit(Interpreter):
     def __init__(self, program, mesh: Mesh, plan: Plan, state, extra=()):
         super().__init__(program, extra)
         self.mesh, self.plan, self.state = mesh, plan, state
+        self.saved = {}  # a ring attention's context op -> its (output, log-sum-exp)
+
+    def run(self, env, op_ids) -> None:
+        if not self.plan.skipped:
+            return super().run(env, op_ids)
+        for o in op_ids:
+            ring = self.plan.rings.get(o)
+            if ring is not None:
+                self.ring(env, ring)
+            elif o not in self.plan.skipped:
+                super().run(env, (o,))
+
+    def ring(self, env, ring) -> None:
+        """One pass of a ring attention (``lowering/ring.py``) in place of its ops."""
+        arrays = {
+            v: self.fetch(env, f, v) for (v, _), f in zip(ring.reads, ring.fetches, strict=True)
+        }
+        r = ring.region
+        if ring.backward:
+            made = rings.backward(self.program, ring, self.mesh, arrays, *self.saved[r.context])
+        else:
+            self.saved[r.context] = rings.forward(self.program, ring, self.mesh, arrays)
+            made = self.saved[r.context][:1]
+        for (v, layout), array in zip(ring.makes, made, strict=True):
+            env[v] = {layout_key(as_layout(layout)): array}
 
     def extras(self, env):
         return [self.fetch(env, f, v) for f, v in zip(self.plan.probes, self.extra)]

@@ -293,9 +293,11 @@ def first_difference(session, flat, *, lowering, devices=None, hardware=None) ->
     program, state = session.program, session.state
     if pipeline_of(program, session.mesh, state) is not None:
         return None  # the pipeline lowering returns no intermediate values to probe
+    skipped = session.plan().skipped  # a ring attention's inner values are never made
     floats = (
         v
         for oid in program.body
+        if oid not in skipped
         for v in program.ops[oid].results
         if not is_extended(program.values[v].dtype)
         and jnp.issubdtype(program.values[v].dtype, jnp.inexact)

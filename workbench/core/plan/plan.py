@@ -9,6 +9,9 @@ prices it.
 
 from __future__ import annotations
 
+import dataclasses
+from types import MappingProxyType
+
 from workbench.core import ops
 from workbench.core.gcpause import without_gc
 from workbench.core.ir.source_lines import where
@@ -17,6 +20,7 @@ from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.redistribute import Step, as_layout, cost_bytes, peak_bytes, redistribute
 from workbench.core.layout.sharding import Sharding
 from workbench.core.layout.state import State
+from workbench.core.plan import rings
 from workbench.core.plan.op_layout import laid_out, plan_op
 from workbench.core.plan.records import Fetch, OpPlan, Plan
 from workbench.core.propagate.propagation import op_index
@@ -39,6 +43,7 @@ class Planner:
         self.collectives: list[Collective] = []
         self.redistributed: set[int] = set()
         self.repeat = 1
+        self.rings, self.skipped, self.notes = rings.rings(program, mesh, state, self.index)
 
     def add(self, v: int, layout: Sharding, gathered_in: str | None = None) -> int:
         """Make ``layout`` of ``v`` available; returns its copy number."""
@@ -167,7 +172,20 @@ class Planner:
             tuple(self.collectives),
             frozenset(self.redistributed),
             probed,
+            MappingProxyType(self.rings),
+            self.skipped,
+            self.notes,
         )
+
+    def ring(self, ring) -> None:
+        """One pass of a ring attention: its reads fetched, its transfers listed, what it
+        makes added in its layouts."""
+        reads = tuple(self.fetch(v, lay, ring.at) for v, lay in ring.reads)
+        self.rings[ring.at] = dataclasses.replace(ring, fetches=reads)
+        tactic = self.tactic_for(ring.region.keys, (ring.axis,), ring.region.scores)
+        self.collectives += rings.transfers(self.program, self.mesh, ring, self.repeat, tactic)
+        for v, lay in ring.makes:
+            self.add(v, lay)
 
     def walk(self, op_ids) -> None:
         p = self.program
@@ -175,6 +193,15 @@ class Planner:
             op = p.ops[o]
             ix = self.index[o]
             fa, contracted, passed, operands, results = plan_op(p, self.mesh, self.state, op, ix)
+            if o in self.skipped:  # laid out for the simulator's compute; a ring runs it
+                ring = self.rings.get(o)
+                if ring is not None:
+                    self.ring(ring)
+                fetches = (None,) * len(op.operands)
+                self.ops[o] = OpPlan(
+                    o, fa, contracted, passed, operands, results, fetches, self.repeat
+                )
+                continue
             n_outer = len(op.operands)
             fetches = [self.fetch(v, operands[t], o) for t, v in enumerate(op.operands)]
             n_res = len(op.results)

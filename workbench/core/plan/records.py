@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from workbench.core.layout.collectives import Collective
 from workbench.core.layout.redistribute import Step
@@ -51,6 +52,11 @@ class Plan:
     # values some fetch redistributes (a collective or a local step reads them from memory)
     redistributed: frozenset[int] = frozenset()
     probes: tuple[Fetch, ...] = ()  # per probed value (see ``build_plan``), after the outputs
+    rings: Mapping[int, object] = field(
+        default_factory=lambda: MappingProxyType({})
+    )  # op -> the ring attention run there
+    skipped: frozenset[int] = frozenset()  # ops the rings replace
+    notes: tuple[str, ...] = ()  # what the plan could not do as its tactics asked, and why
 
     def op(self, op_id: int) -> OpPlan:
         return self.ops[op_id]

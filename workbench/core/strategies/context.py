@@ -1,11 +1,19 @@
 """Context parallelism: ``CP`` splits every activation on its sequence dim, and gathers the
-keys and values only where attention reads them (Liu et al. 2023, "Ring Attention"; the
-all-gather variant of Llama 3's and Megatron's context parallelism)."""
+keys and values only where attention reads them (the all-gather variant of Llama 3's and
+Megatron's context parallelism), or passes them around a ring (Liu et al. 2023, "Ring
+Attention")."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workbench.core.anatomy.attention import (
+    keys_values,
+    query_rows,
+    reached,
+    region,
+    rows_of,
+)
 from workbench.core.anatomy.layers import downstream
 from workbench.core.errors import TacticError, given
 from workbench.core.ops import traits as traits_of
@@ -39,8 +47,14 @@ class CP(Tactic):
     queries. The probabilities are split on their queries first, and the key positions
     of a mask added to the scores (``key_positions``) stay whole, so a causal or padding
     mask is split on its queries only. The weight gradients, sums over the split sequence,
-    are reduced over the axis as data parallelism's are. ``kind="all-gather"`` is the only
-    kind built; ``"ring"`` (keys and values passed around a ring) is not yet.
+    are reduced over the axis as data parallelism's are.
+
+    ``kind="ring"`` (ring attention) gathers nothing: each attention runs as a ring over
+    the axis (``plan/rings.py``, ``lowering/ring.py``), its keys and values passed on
+    ``C - 1`` times and folded into an online softmax; backward the blocks replayed, the
+    keys and values passed again and their gradients ``C`` times (the last hop home). An
+    attention inside a loop, rematerialised, or with anything but a softmax between its
+    dots (a dropout) is refused, saying why; so is a pipelined step.
     """
 
     axis: str
@@ -50,17 +64,15 @@ class CP(Tactic):
 
     def __post_init__(self):
         check_fields(self, optional_dims=("dim",))
-        if self.kind == "ring":
-            raise TacticInputError(
-                f"{self}: kind='ring' (ring attention: keys and values passed around the "
-                "axis with ppermute, combined by an online softmax) is not built yet; use "
-                "kind='all-gather', which gathers the keys and values inside attention."
-            )
         if self.kind not in KINDS:
             raise TacticInputError(
-                f"{self}: kind must be 'all-gather' (or, once built, 'ring'); got "
-                f"{given(self.kind)}."
+                f"{self}: kind must be 'all-gather' or 'ring'; got {given(self.kind)}."
             )
+
+    @property
+    def ring(self) -> str | None:
+        """The axis whose keys and values pass around a ring (``kind="ring"``), else None."""
+        return self.axis if self.kind == "ring" else None
 
     def __str__(self) -> str:
         extra = [f"kind={self.kind!r}"] * (self.kind != "all-gather")
@@ -78,6 +90,21 @@ class CP(Tactic):
                 "with nothing to exchange, split the sequence with BP(axis, dim=<its dim>), or "
                 "the batch with BP(axis)."
             )
+        if self.kind == "ring":
+            if state.pipeline is not None:
+                raise TacticError(
+                    f"{self}: the step is pipelined ({state.pipeline}), and a pipelined step "
+                    f"does not run ring attention yet; use CP({self.axis!r}), which gathers the "
+                    "keys and values inside attention."
+                )
+            for a in attention:
+                why = region(program, a.scores, a.context)
+                if isinstance(why, str):
+                    raise TacticError(
+                        f"{self}: the attention at {program.ops[a.scores].name} cannot run as a "
+                        f"ring: {why}; use CP({self.axis!r}) (kind='all-gather'), which gathers "
+                        "its keys and values instead."
+                    )
         seq = view.sequence_class
 
         def dim_of(v):
@@ -166,33 +193,6 @@ def recomputed(program, attention) -> list[tuple[int, int]]:
     return pairs
 
 
-def _reached(program, scores: int, context: int) -> tuple[set[int], list[int]]:
-    """What the scores' result reaches (in their pass), and which operands of the context
-    dot are among it (the probabilities)."""
-    op, context = program.ops[scores], program.ops[context]
-    reach = downstream(program, op.results[0], phase=op.phase)
-    return reach, [i for i, x in enumerate(context.operands) if x in reach]
-
-
-def _rows(program, context, probs: list[int]) -> tuple[int, int] | None:
-    """`query_rows` once the probabilities' operand indexes are known."""
-    if len(probs) != 1:
-        return None
-    (i,) = probs
-    (contracted, batch) = (context.params["dimension_numbers"][0][i],
-                           context.params["dimension_numbers"][1][i])  # fmt: skip
-    v = context.operands[i]
-    shape = program.values[v].shape
-    free = [d for d in range(len(shape)) if d not in (*contracted, *batch) and shape[d] > 1]
-    return (v, free[0]) if len(free) == 1 else None
-
-
-def query_rows(program, scores: int, context: int) -> tuple[int, int] | None:
-    """(probabilities, their queries' dim): the context dot's operand the scores reach, and
-    its one free dim longer than 1 (None where there is not exactly one)."""
-    return _rows(program, program.ops[context], _reached(program, scores, context)[1])
-
-
 def key_positions(program, scores: int, context: int) -> list[int]:
     """Arrays that index the keys alone in a mask or bias added to the scores (a causal
     mask compares query positions with key positions, both of the split sequence): walked
@@ -200,8 +200,8 @@ def key_positions(program, scores: int, context: int) -> list[int]:
     whose query dim is 1 and whose key dim is not. Kept whole with the keys (they are
     small), the mask is split on its queries only; split, it would be split on both."""
     op, ctx = program.ops[scores], program.ops[context]
-    reach, probs = _reached(program, scores, context)
-    rows = _rows(program, ctx, probs)
+    reach, probs = reached(program, scores, context)
+    rows = rows_of(program, ctx, probs)
     if rows is None:
         return []
     (i,) = probs
@@ -244,23 +244,3 @@ def key_positions(program, scores: int, context: int) -> list[int]:
             if fs and fs in at and not set(fs) & m.blocked:
                 todo.append((x, at.get(ft) if ft else None, at[fs], depth + 1))
     return list(dict.fromkeys(out))
-
-
-def keys_values(program, scores: int, context: int) -> tuple[int, int]:
-    """The keys and the values an attention's dots (op ids) read: the scores operand whose
-    length the context dot contracts (the right one unless the probabilities say
-    otherwise), and the context operand the scores do not reach."""
-    reach, probs = _reached(program, scores, context)
-    scores, context = program.ops[scores], program.ops[context]
-    values = next(x for x in context.operands if x not in reach)
-    keys = scores.operands[1]
-    if len(probs) == 1:
-        i = probs[0]
-        contracted = context.params["dimension_numbers"][0][i]
-        (cl, _), (bl, _) = scores.params["dimension_numbers"]
-        shape = program.values[scores.results[0]].shape
-        if program.values[context.operands[i]].shape == shape and len(contracted) == 1:
-            lhs_free = len(program.values[scores.operands[0]].shape) - len(cl) - len(bl)
-            if len(bl) <= contracted[0] < len(bl) + lhs_free:
-                keys = scores.operands[0]
-    return keys, values

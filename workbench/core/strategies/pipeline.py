@@ -139,6 +139,12 @@ class PP(Tactic):
                 f"{self}: the schedule pipelines the step already ({state.pipeline}); a step "
                 "has one pipeline. Undo that step to pipeline it differently."
             )
+        if state.rings:
+            raise TacticError(
+                f"{self}: the schedule runs attention as a ring on {state.rings[-1]!r} "
+                "(CP kind='ring'), which a pipelined step does not run yet; pipeline a step "
+                "whose context parallelism gathers the keys and values (CP(axis))."
+            )
         tiled = [program.values[v].name for v, s in state.shardings.items() if s.uses(self.axis)]
         if tiled:
             shown = ", ".join(tiled[:3]) + (f" and {len(tiled) - 3} more" if len(tiled) > 3 else "")

@@ -1,0 +1,100 @@
+"""Ring attention in the simulator (``CP(kind="ring")``, ``plan/rings.py``).
+
+- Compute: the captured ops of each attention, as the all-gather kind runs them, and
+  backward the logits of every block once more (``recompute_s``: the forward's scores,
+  chain and softmax), as ring attention's backward pass replays its blocks.
+- Transfers behind blocks (``behind_s``): each step's transfers run while the step's
+  block computes, as the kernels do it (a step costs the longer of the two). Forward,
+  the ``C - 1`` passes of the keys and values each hide behind one of the ``C`` blocks;
+  backward, the same with the gradients, whose last hop home hides behind nothing.
+- Memory (``working``): a pass holds one block of logits and probabilities (float32; the
+  gradients' too, backward), the next block of keys and values arriving beside the one
+  in use, its float32 accumulators, and backward the keys' and values' gradients in
+  flight; the output and its log-sum-exp are kept from the forward pass for the backward.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from workbench.core.layout.sharding import Sharding
+
+
+def recompute_s(plan, ops) -> float:
+    """Seconds of the backward passes' replayed logits, for every ring of ``plan``."""
+    by_op = {o.op: o for o in ops}
+    total = 0.0
+    for ring in plan.rings.values():
+        if ring.backward:
+            r = ring.region
+            total += sum(by_op[o].total_s for o in r.forward - {r.context} if o in by_op)
+    return total
+
+
+def behind_s(plan, ops, collectives) -> dict[int, float]:
+    """Per collective (its index in ``collectives``), the seconds of it each run hides
+    behind the ring's blocks."""
+    by_op = {o.op: o for o in ops}
+    at: dict[int, list[int]] = {}
+    for i, c in enumerate(collectives):
+        ring = plan.rings.get(c.collective.op)
+        if ring is not None and c.collective.kind == "collective-permute":
+            at.setdefault(c.collective.op, []).append(i)
+    out = {}
+    for o, idx in at.items():
+        ring = plan.rings[o]
+        r, c = ring.region, ring.size
+        ops_of = r.backward if ring.backward else r.forward
+        block = sum(by_op[x].total_s for x in ops_of if x in by_op)
+        if ring.backward:
+            block += sum(by_op[x].total_s for x in r.forward - {r.context} if x in by_op)
+        block /= c
+        # per step (one of the C - 1 that overlap), the seconds of all its transfers
+        per_value = {collectives[i].collective.value: collectives[i].seconds for i in idx}
+        per_step = sum(per_value.values())
+        hidden = min(per_step, block)
+        for i in idx:
+            c_i = collectives[i]
+            share = c_i.seconds / per_step if per_step else 0.0
+            # the gradients' last hop home runs after the last block: behind nothing
+            home = c_i.collective.value in r.grads and c_i.collective.step == c - 1
+            out[i] = 0.0 if home else hidden * share
+    return out
+
+
+def hide(plan, ops, collectives) -> list:
+    """``collectives`` (``CollectiveEstimate``) with the part of each ring transfer that
+    runs behind the ring's blocks set (``behind_s``)."""
+    if not plan.rings:
+        return list(collectives)
+    behind = behind_s(plan, ops, collectives)
+    return [
+        dataclasses.replace(c, behind_s=behind[i]) if i in behind else c
+        for i, c in enumerate(collectives)
+    ]
+
+
+def working(ring, mesh, state) -> int:
+    """Bytes per device a ring's pass holds beside what it reads and makes."""
+    r, c = ring.region, ring.size
+    logits = math.prod(state.shardings[r.logits].local_shape(mesh)) // c * 4
+    reads = dict(ring.reads)
+    kv = reads[r.keys].local_nbytes(mesh) + reads[r.values].local_nbytes(mesh)
+    out = math.prod(state.shardings[r.out].local_shape(mesh)) * 4
+    if not ring.backward:
+        return 2 * logits + kv + out
+    grads = sum(math.prod(lay.local_shape(mesh)) * 4 for _, lay in ring.makes)
+    return 3 * logits + kv + 2 * grads
+
+
+def kept(ring, mesh, state) -> Sharding:
+    """The log-sum-exp the forward pass keeps for the backward, as a buffer's layout."""
+    r = ring.region
+    rows = (
+        math.prod(state.shardings[r.logits].local_shape(mesh))
+        // state.shardings[r.logits].local_shape(mesh)[r.key_dim]
+    )
+    return Sharding.unsharded((rows * 4,), np.dtype(np.uint8))

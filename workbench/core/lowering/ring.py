@@ -1,0 +1,139 @@
+"""Ring attention per device, inside ``shard_map`` (Liu et al. 2023; the blockwise softmax
+of FlashAttention, Dao et al. 2022).
+
+Each device holds its queries and one block of the keys and values. Over ``C`` steps it
+computes its queries' logits against the block it holds (the captured scores dot and the
+elementwise chain to the logits, a mask or bias sliced to the block's keys), folds them
+into a running max, sum and output (an online softmax), and passes the block on with
+``ppermute``. The backward pass replays the blocks from the saved log-sum-exp: ``dQ``
+accumulates on the device, ``dK`` and ``dV`` travel with their block and take one last
+hop home. Every product is the captured dot with its own dimension numbers, so any
+layout of the queries, keys and values works; the rows' statistics reach the output's
+layout through the context dot itself (`_to_out`).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from workbench.core.ir.program import Lit
+from workbench.core.lowering.interpret import literal
+from workbench.core.ops.local import axis_name, bind, local_params, shard_index
+
+F32 = jnp.float32
+
+
+class _Blocks:
+    """One region's products on blocks, with the ring's bookkeeping."""
+
+    def __init__(self, program, ring, mesh, arrays):
+        self.program, self.ring, self.r = program, ring, ring.region
+        self.arrays = arrays
+        self.c = ring.size
+        self.index = shard_index((ring.axis,), mesh)
+        self.name = axis_name((ring.axis,))
+        self.block = arrays[self.r.keys].shape[self.r.keys_seq]
+
+    def turn(self, x, again: bool = False):
+        """``x`` passed to the next device on the ring. ``again``: the backward pass's
+        blocks, passed around once more as ring attention's backward does; sent with a
+        leading unit dim, or a compiler would merge them with the forward's transfers (the
+        same operands) and hold every block from the forward pass to the backward."""
+        pairs = [(j, (j + 1) % self.c) for j in range(self.c)]
+        if again:
+            return lax.ppermute(x[None], self.name, pairs)[0]
+        return lax.ppermute(x, self.name, pairs)
+
+    def sides(self, s: int) -> dict:
+        """The masks and biases cut to the keys of the block held at step ``s``."""
+        j = (self.index - s) % self.c
+        cut = {}
+        for x, d in self.r.sides:
+            a = self.arrays[x]
+            cut[x] = a if d is None else lax.dynamic_slice_in_dim(a, j * self.block, self.block, d)
+        return cut
+
+    def logits(self, q, k, sides):
+        """The captured scores dot and chain on one block of keys, in float32."""
+        ops, r = self.program.ops, self.r
+        s = ops[r.scores]
+        env = {r.queries: q, r.keys: k, **sides}
+        env[s.results[0]] = bind(s, [env[x] for x in s.operands], local_params(s))[0]
+        for o in r.chain:
+            op = ops[o]
+            args = [literal(x) if isinstance(x, Lit) else env[x] for x in op.operands]
+            env[op.results[0]] = bind(op, args, local_params(op))[0]
+        return env[r.logits].astype(F32)
+
+    def context(self, v, p):
+        """The captured context dot of a block's values and probabilities, in float32."""
+        c = self.program.ops[self.r.context]
+        args = [p if t == self.r.probs else v.astype(F32) for t in range(2)]
+        dims = c.params["dimension_numbers"]
+        return lax.dot_general(*args, dims, preferred_element_type=F32)
+
+    def to_out(self, stat):
+        """Row statistics (the logits' shape without the keys) broadcast into the output's
+        layout: the context dot of ones (one key) with them (one key)."""
+        p = jnp.expand_dims(stat, self.r.key_dim)
+        v = self.arrays[self.r.values]
+        shape = list(v.shape)
+        shape[self.r.values_seq] = 1
+        return self.context(jnp.ones(shape, F32), p)
+
+    def to_stat(self, out, like):
+        """The transpose of `to_out`: sums over the output's value dims, per row."""
+        return jax.vjp(self.to_out, like)[1](out)[0]
+
+
+def forward(program, ring, mesh, arrays):
+    """(output, log-sum-exp) of the attention over the ring; ``arrays``: the ring's reads."""
+    b, r = _Blocks(program, ring, mesh, arrays), ring.region
+    q, k, v = arrays[r.queries], arrays[r.keys], arrays[r.values]
+    m = l_ = acc = None
+    for s in range(b.c):
+        logits = b.logits(q, k, b.sides(s))
+        top = jnp.max(logits, axis=r.key_dim)
+        if m is None:
+            m_new = top
+        else:
+            m_new = jnp.maximum(m, top)
+        safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
+        p = jnp.exp(logits - jnp.expand_dims(safe, r.key_dim))
+        part = b.context(v, p)
+        if m is None:
+            l_, acc = jnp.sum(p, axis=r.key_dim), part
+        else:
+            alpha = jnp.exp(m - safe)
+            l_ = l_ * alpha + jnp.sum(p, axis=r.key_dim)
+            acc = acc * b.to_out(alpha) + part
+        m = m_new
+        if s < b.c - 1:
+            k, v = b.turn(k), b.turn(v)
+    safe = jnp.where(jnp.isfinite(m), m, 0.0)
+    out = acc / b.to_out(l_)
+    return out.astype(program.values[r.out].dtype), safe + jnp.log(l_)
+
+
+def backward(program, ring, mesh, arrays, out, lse):
+    """The cotangents of the queries, keys and values (each device's own block)."""
+    b, r = _Blocks(program, ring, mesh, arrays), ring.region
+    q, k, v = arrays[r.queries], arrays[r.keys], arrays[r.values]
+    dout = arrays[r.cotangent].astype(F32)
+    delta = b.to_stat(dout * out.astype(F32), lse)
+    dq = jnp.zeros(q.shape, F32)
+    dk, dv = jnp.zeros(k.shape, F32), jnp.zeros(v.shape, F32)
+    for s in range(b.c):
+        sides = b.sides(s)
+        logits, pull = jax.vjp(lambda qq, kk, sides=sides: b.logits(qq, kk, sides), q, k)
+        p = jnp.exp(logits - jnp.expand_dims(lse, r.key_dim))
+        dv_s, dp = jax.vjp(b.context, v.astype(F32), p)[1](dout)
+        dq_s, dk_s = pull(p * (dp - jnp.expand_dims(delta, r.key_dim)))
+        dq, dk, dv = dq + dq_s.astype(F32), dk + dk_s.astype(F32), dv + dv_s
+        if s < b.c - 1:
+            k, v = b.turn(k, again=True), b.turn(v, again=True)
+        dk, dv = b.turn(dk), b.turn(dv)
+    dtypes = [program.values[g].dtype for g in r.grads]
+    return [x.astype(dt) for x, dt in zip((dq, dk, dv), dtypes)]
