@@ -109,6 +109,18 @@ def test_ep_then_bp_on_one_axis_is_gshard_two_all_to_alls_each_way(program):
             assert s.state.shardings[v].dim_of("expert") == d
 
 
+@pytest.mark.parametrize("dispatch", ["einsum", "gather"])
+def test_ep_then_bp_is_clean_in_both_capacity_forms(dispatch):
+    # the gather form's combine reads a padding row concatenated to the experts' outputs:
+    # the experts dim meets the tokens there too, and is held (no conflict)
+    ex = build("lm", lm.Config.preset("moe", dispatch=dispatch))
+    program = wb.capture(ex.fn, *ex.args)
+    mesh = wb.Mesh({"data": 2, "expert": 4})
+    s = wb.Session(program, mesh, [wb.EP("expert"), wb.BP("expert")])
+    assert not s.conflicts
+    assert kinds(s, "forward", "expert")["all-to-all"] == 2 * len(program.anatomy().experts)
+
+
 def test_ep_with_bp_on_another_axis_has_no_all_to_all(program):
     s = session(program, "bp+ep other axis")
     assert not s.conflicts

@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from workbench.core.errors import TacticError
+from workbench.core.ops import record
 from workbench.core.ops import traits as traits_of
 from workbench.core.propagate.propagation import op_index
 from workbench.core.propagate.tactics import Expansion, Fence, Tactic, Target, _check_axis
@@ -197,8 +198,9 @@ def routing(program, layers) -> tuple[tuple[int, int], ...]:
     indices, and the padding row its combine gathers dropped tokens from). Fenced, the
     experts split stays on the expert side: with tokens split on the same axis the router
     and its masks keep the tokens' split, and the dispatch and combine re-split (the
-    all-to-alls of GShard) instead of meeting as conflicts. A factor one tensor alone
-    carries (a grouped matmul's groups) spreads nowhere and is not held."""
+    all-to-alls of GShard) instead of meeting as conflicts. A matmul's factor one tensor
+    alone carries (a grouped matmul's groups) spreads nowhere and is not held; elsewhere it
+    is (the padding row concatenated to the experts' outputs)."""
     classes = program.anatomy().classes
     values = program.values
     index = op_index(program)
@@ -217,13 +219,14 @@ def routing(program, layers) -> tuple[tuple[int, int], ...]:
         ):
             continue
         count = Counter(f for t, _ in carried for f in {f for d in ix.dims[t] for f in d})
+        matmul = record(op.primitive).family == "dot"  # a grouped matmul's own groups
         factors = {
             f
             for t, cs in carried
             for d, c in enumerate(cs)
             if c in experts
             for f in ix.dims[t][d]
-            if count[f] > 1
+            if count[f] > 1 or not matmul
         }
         held += [(op.id, f) for f in sorted(factors)]
     return tuple(held)
