@@ -278,6 +278,17 @@ def test_ep_on_the_ragged_form_runs_each_devices_groups(ragged, case):
         assert str(s.sharding("params/layers/0/moe/experts/w_in")) == "f32[4@expert,32,64@data]"
 
 
+def test_ep_on_the_ragged_form_splits_master_weights_and_moments():
+    # with float32 master weights the update runs on the master copy: no activation carries
+    # the experts dim to the gradients in this form, so EP tiles the optimizer state itself
+    ex = build("lm", lm.Config.preset("moe", dispatch="ragged", master_weights=True))
+    program = wb.capture(ex.fn, *ex.args)
+    s = wb.Session(program, wb.Mesh({"data": 2, "expert": 4}), [wb.EP("expert")])
+    assert not s.conflicts and not s.notes(0)
+    for name in ("grads", "opt_state/master", "opt_state/m", "opt_state/v"):
+        assert s.sharding(f"{name}/layers/0/moe/experts/w_in").dim_of("expert") == 0, name
+
+
 def test_ep_on_the_ragged_form_counts_each_devices_groups(ragged):
     # the estimate's FLOPs of a grouped matmul: a quarter of the rows on each of 4 devices
     from workbench.core.ops.costs import op_cost

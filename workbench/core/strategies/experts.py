@@ -103,9 +103,10 @@ class EP(Tactic):
         fence = Fence(
             self.axis, routing(program, layers), "the experts dim where it meets the tokens"
         )
-        tiles = by_dim(program, mesh, state, self.axis, picks, "experts")
-        # the experts' optimizer state and updates follow their parameters, unless an
-        # earlier tactic on the axis decided their gradients as whole sums: then say so
+        # the experts' optimizer state (float32 master weights, moments) and updates follow
+        # their parameters: tiled with them (in the dropless form no activation carries the
+        # experts dim to the gradients), unless an earlier tactic on the axis decided their
+        # gradients as whole sums: then say so
         view = roles(program, state)
         why = (
             f"its expert's gradient reaches the optimizer whole on {self.axis!r}: an earlier "
@@ -113,11 +114,13 @@ class EP(Tactic):
             "the tactics that split the tokens on this axis to shard it and save its memory"
         )
         follow = [
-            u
-            for v, _ in picks
+            (u, d)
+            for v, d in picks
             for u in [*view.companions(v), view.new_params.get(v)]
             if u is not None and program.values[u].shape == program.values[v].shape
         ]
+        tiles = by_dim(program, mesh, state, self.axis, picks + follow, "experts")
+        follow = [u for u, _ in follow]
         parts = [fence] * bool(fence.held) + tiles
         return Expansion(parts, tiles.targets + [Target(u, why) for u in dict.fromkeys(follow)])
 
