@@ -6,16 +6,20 @@ preset; closed forms priced with its own formulas (``hardware/collectives.py``).
 **EP** (Mixtral widths: d 4096, 8 experts of d_ff 14336, top-2, capacity 1.25, a 4,096-token
 sequence a device, n = 8). Textbook: a dispatch and a combine all-to-all a layer each way,
 of tokens x top_k x capacity x d x 2 bytes. EP then BP (EP fences the experts dim where it
-meets the tokens) makes exactly those, with both dispatch forms. BP then EP makes 4 each
-way (the experts' hidden crosses twice more; 8 conflicts) and leaves the expert gradients
-and optimizer state whole (all-reduced). EP alone all-reduces the combined tokens. XLA
-given BP+EP's shardings makes no all-to-all: it all-gathers the expert weights (tiny
-``moe`` preset).
+meets the tokens) makes exactly those, with both capacity forms; BP then EP on one axis is
+refused. EP alone all-reduces the combined tokens; the dropless (ragged) form also its
+experts' hidden (each device's rows are a pending sum the plan reduces before the
+activation). What XLA makes of EP then BP's shardings (tiny ``moe`` preset).
 
 **CP** (Llama 3 8B widths, multi-head so d_kv = d; ``CP('seq', dim=1)``, one sequence).
 Each device projects K and V on its part of the sequence and each layer's attention
 gathers them; backward gathers them again (remat) and reduce-scatters their gradients.
-The zoo attention materialises its scores.
+The zoo attention materialises its scores. The ring kind (no remat) passes K and V
+C - 1 times each way and their float32 gradients C times, each step behind its block.
+
+**Expert load** (``estimate(expert_load=skew)``): the capacity form's step is static and
+drops the choices over its slots; the dropless form's grouped matmuls run the busiest
+device's rows.
 
 **Published**: Llama 3 405B (Grattafiori et al. 2024, Table 4): 16,384 H100, TP 8, PP 16:
 400 TFLOP/s a GPU (CP 1), 380 (CP 16, 128K). DeepSeek-V3 (report, 2024): 180K H800 GPU
@@ -92,13 +96,14 @@ def ep_rows(n=8, seq=4096):
     mesh = wb.Mesh({"expert": n})
     a2a = seq * MOE["top_k"] * MOE["capacity_factor"] * MIXTRAL["d_model"] * BF16
     reduce = n * seq * MIXTRAL["d_model"] * BF16  # EP alone: every token on each device
-    for dispatch in ("einsum", "gather"):
+    for dispatch in ("einsum", "gather", "ragged"):
         program = capture(batch=n, seq_len=seq, **MIXTRAL, **MOE, dispatch=dispatch)
         plans = {
-            "BP, EP": ([wb.BP("expert"), wb.EP("expert")], "all-to-all", 2 * a2a),
             "EP, BP": ([wb.EP("expert"), wb.BP("expert")], "all-to-all", 2 * a2a),
             "EP alone": ([wb.EP("expert")], "all-reduce", reduce),
         }
+        if dispatch == "ragged":  # dropless: the tokens stay whole on the experts' axis
+            del plans["EP, BP"]
         for name, (schedule, kind, textbook) in plans.items():
             s = wb.Session(program, mesh, schedule)
             e = s.estimate(H100)
@@ -145,14 +150,36 @@ def ep_rows(n=8, seq=4096):
     return rows, steps
 
 
+def load_rows(n=8, seq=4096, loads=(1.0, 1.5, 2.0, 4.0)):
+    """The 2-layer step under expert loads (skew: the busiest expert's token choices over
+    the mean): the capacity form (gather, EP then BP) drops choices over its slots at an
+    unchanged step; the dropless form (ragged) under EP alone runs the busiest device's
+    rows."""
+    mesh = wb.Mesh({"expert": n})
+    capped = capture(batch=n, seq_len=seq, **MIXTRAL, **MOE, dispatch="gather")
+    s = wb.Session(capped, mesh, [wb.EP("expert"), wb.BP("expert")])
+    ragged = capture(batch=n, seq_len=seq, **MIXTRAL, **MOE, dispatch="ragged")
+    r = wb.Session(ragged, mesh, [wb.EP("expert")])
+    rows = []
+    for load in loads:
+        e = s.estimate(H100, expert_load=load)
+        c = e.experts[0]
+        row = [f"{load:g}", f"{c.capacity}", f"{c.dropped:.1%}", f"{e.step_s * 1e3:.1f}"]
+        f = r.estimate(H100, expert_load=load)
+        row += [f"{f.experts[0].device_load:.2f}x", f"{f.compute_s * 1e3:.1f}"]
+        row += [f"{f.step_s * 1e3:.1f}"]
+        rows.append(row)
+    return rows
+
+
 def xla_row():
-    """Collectives per kind over the expert axis for BP+EP on the tiny ``moe`` preset: the
-    plan's, and XLA's when every decided value is constrained."""
+    """Collectives per kind over the expert axis for EP then BP on the tiny ``moe`` preset:
+    the plan's, and XLA's when every decided value is constrained."""
     from workbench.core.xla.crosscheck import compiled_collectives
 
     ex = build("lm", lm.Config.preset("moe", dispatch="einsum"))
     program = wb.capture(ex.fn, *ex.args)
-    s = wb.Session(program, wb.Mesh({"data": 2, "expert": 4}), [wb.BP("expert"), wb.EP("expert")])
+    s = wb.Session(program, wb.Mesh({"data": 2, "expert": 4}), [wb.EP("expert"), wb.BP("expert")])
     ours = Counter(c.kind for c in s.collectives() for _ in range(c.count))
     xla = Counter(c.kind for c in compiled_collectives(s, "constrained") for _ in range(c.count))
     return [["plan (explicit lowering)", short(ours)], ["XLA, constrained", short(xla)]]
@@ -189,6 +216,45 @@ def cp_rows(seqs, c=8, layers=2):
                 len(s.conflicts),
             ]
         )
+    return rows
+
+
+def ring_rows(seqs, c=8, layers=2):
+    """Ring against all-gather per attention layer, no remat (a ring replays its blocks
+    itself): bytes against the closed forms, the seconds the step waits for them (a ring
+    step's transfers run behind its block), and the whole step's time and peak."""
+    rows = []
+    d_kv = LLAMA8B["n_heads"] * LLAMA8B["d_head"]
+    mesh = wb.Mesh({"seq": c})
+    for seq in seqs:
+        program = capture(batch=1, seq_len=seq, n_layers=layers, **LLAMA8B)
+        block = seq / c * d_kv  # elements of one device's keys (or values)
+        for kind in ("all-gather", "ring"):
+            s = wb.Session(program, mesh, [wb.CP("seq", kind=kind, dim=1)])
+            e = s.estimate(H100)
+            got = per_layer(program, e, mesh, "seq", layers, "")
+            if kind == "ring":
+                closed_f = 2 * (c - 1) * block * BF16
+                closed_b = closed_f + 2 * c * block * 4  # gradients as float32
+            else:
+                closed_f = closed_b = 2 * (c - 1) * block * BF16
+            (fk, fb, fs), (bk, bb, bs) = got["forward"], got["backward"]
+            rows.append(
+                [
+                    seq,
+                    kind,
+                    short(fk),
+                    mb(fb),
+                    mb(closed_f),
+                    ms(fs),
+                    short(bk),
+                    mb(bb),
+                    mb(closed_b),
+                    ms(bs),
+                    f"{e.step_s * 1e3:.1f}",
+                    f"{e.memory.peak / 2**30:.1f}",
+                ]
+            )
     return rows
 
 
@@ -290,13 +356,22 @@ def main():
     headers = ["plan", "conflicts", "step", "compute", "collectives by kind"]
     headers += ["expert grads reduced", "expert master weights", "peak"]
     print(_common.table(headers, steps))
+    print("\nExpert load, whole 2-layer step (Mixtral widths, EP then BP, n = 8; ms)\n")
+    headers = ["skew", "capacity (gather)", "dropped", "step"]
+    headers += ["dropless busiest device", "compute", "step"]
+    print(_common.table(headers, load_rows()))
     if not args.skip_xla:
-        print("\nBP+EP on {data: 2, expert: 4}, tiny moe preset, whole step: collectives\n")
+        print("\nEP, BP on {data: 2, expert: 4}, tiny moe preset, whole step: collectives\n")
         print(_common.table(["lowering", "collectives"], xla_row()))
     print("\nCP per attention layer (Llama 3 8B widths, C = 8, remat), MB sent and ms per device\n")
     headers = ["seq", "forward", "MB", "ms", "closed MB", "closed ms"]
     headers += ["backward", "MB", "ms", "closed RS ms", "conflicts"]
     print(_common.table(headers, cp_rows(args.seqs)))
+    print("\nCP ring against all-gather per attention layer (Llama 3 8B widths, C = 8, no remat)")
+    print("MB sent and ms waited per device; the whole 2-layer step (ms) and its peak (GiB)\n")
+    headers = ["seq", "kind", "forward", "MB", "closed MB", "ms waited", "backward", "MB"]
+    headers += ["closed MB", "ms waited", "step", "peak"]
+    print(_common.table(headers, ring_rows(args.seqs)))
     print("\n131,072 tokens a step on 16 devices, 32 layers, remat (s; GiB per device)\n")
     headers = ["seq", "sequences, CP", "no CP step", "no CP peak", "CP step", "CP peak"]
     headers += ["CP comm", "CP speed-up", "conflicts"]
