@@ -211,3 +211,21 @@ def test_unknown_kinds_are_refused_saying_what_works():
         wb.CP("seq", kind="gather")
     assert str(wb.CP("seq", kind="ring")) == "CP('seq', kind='ring')"
     assert wb.CP("seq", kind="ring").ring == "seq" and wb.CP("seq").ring is None
+
+
+def test_auto_tries_the_ring_and_takes_it_for_memory():
+    from workbench.core.search.tree import Auto
+
+    ex = build("lm", lm.Config.preset("small", n_layers=2, batch=1, seq_len=16384), abstract=True)
+    program = wb.capture(ex.fn, *ex.args)
+    mesh = wb.Mesh({"seq": 8})
+    state = wb.Session(program, mesh).state
+    report = Auto("seq", goal="memory", budget=1).report(program, mesh, state)
+    by_name = {c.name: c for c in report.candidates}
+    ring, gather = by_name["CP('seq', kind='ring')"], by_name["CP('seq')"]
+    assert ring.applies and ring.peak < gather.peak and ring.step_s > gather.step_s
+    assert report.winner.name == ring.name
+    # decided inside Auto's composite, the ring is still the plan's
+    s = wb.Session(program, mesh, [Auto("seq", goal="memory", budget=1)])
+    assert s.state.rings == ("seq",) and s.plan().rings
+    assert s.estimate("H100").memory.peak == ring.peak

@@ -98,6 +98,9 @@ class State:
     #: (op, axis, factor): the op never spreads that factor on that axis, and claims of it
     #: beside another factor are a re-split the plan makes, not a conflict (``Fence``)
     fences: frozenset[tuple[int, str, int]] = frozenset()
+    #: the axes whose attention runs as a ring (a ``CP(kind="ring")``, alone or in a
+    #: composite: ``plan/rings.py``), in the order applied
+    rings: tuple[str, ...] = ()
 
     @property
     def order(self) -> tuple[Provenance, ...]:
@@ -113,12 +116,6 @@ class State:
             if placement is not None:
                 return placement
         return None
-
-    @property
-    def rings(self) -> tuple[str, ...]:
-        """The axes whose context parallelism passes keys and values around a ring (the
-        ``ring`` of a ``CP(kind="ring")`` of the schedule), in order."""
-        return tuple(r for t in self.schedule if (r := getattr(t, "ring", None)) is not None)
 
     @classmethod
     def initial(cls, program) -> State:

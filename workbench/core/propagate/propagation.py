@@ -120,6 +120,7 @@ class Propagator:
         self.parts: dict[int, tuple] = dict(state.parts)
         self.notes: list = list(state.notes)  # what the tactics could not do (``Note``)
         self.pipeline = state.pipeline  # the tactic pipelining the step (``State.pipeline``)
+        self.rings: tuple[str, ...] = state.rings  # axes of ring attention (``State.rings``)
         self.fences: dict[tuple[int, str], set[int]] = {}  # (op, axis) -> factors it holds
         for o, axis, f in state.fences:
             self.fences.setdefault((o, axis), set()).add(f)
@@ -480,4 +481,5 @@ class Propagator:
             parts=MappingProxyType(self.parts),
             pipeline=self.pipeline,
             fences=frozenset((o, a, f) for (o, a), fs in self.fences.items() for f in fs),
+            rings=self.rings,
         )

@@ -404,6 +404,8 @@ def apply_tactic(
             subs = t.expand(program, mesh, prop.state() if now is None else now)
             if getattr(t, "reserves_axis", False):  # the pipeline, checked by its expand
                 prop.pipeline = t
+            if getattr(t, "ring", None) is not None:  # ring attention on its axis
+                prop.rings = (*prop.rings, t.ring)
             expanded.append((t, getattr(subs, "targets", [])))
             for sub in subs:
                 run(sub)

@@ -3,8 +3,9 @@ Auto's axes, each applied to the state Auto starts from exactly as Auto's expans
 its decisions, and priced by the same simulator, hardware and memory limit. The best wins,
 so Auto is never slower than a named strategy it could have chosen.
 
-Pipelines (``PP``: 1F1B and zero-bubble at a few microbatch counts, `pipeline_moves`) are
-tried on each axis beside the strategies. Where BP cannot split the batch over an axis (it
+Pipelines (``PP``: 1F1B and zero-bubble at a few microbatch counts, `pipeline_moves`) and
+ring attention (``CP(kind="ring")``, `context_moves`) are tried on each axis beside the
+strategies. Where BP cannot split the batch over an axis (it
 does not divide, or a pipeline's microbatches need whole examples on each device), BP on
 each other dim the data inputs share is tried instead (the sequence, say: `other_splits`).
 With several axes, the candidates are each strategy on each axis alone, then a composition
@@ -187,6 +188,7 @@ def named(program, mesh, start, auto, search) -> list[Candidate]:
     """Every registered named strategy on each of ``auto``'s axes, priced from ``start``;
     with several axes, also a composition grown greedily (see module doc)."""
     from workbench.core.strategies import STRATEGIES
+    from workbench.core.strategies.context import context_moves
     from workbench.core.strategies.data import BP
     from workbench.core.strategies.pipeline import PP, pipeline_moves
 
@@ -202,7 +204,8 @@ def named(program, mesh, start, auto, search) -> list[Candidate]:
             except (WorkbenchError, TypeError) as err:  # a strategy that needs more than an axis
                 out.append(Candidate(f"{name}({axis!r})", (), error=str(err)))
         by_axis.setdefault(axis, []).extend(
-            (str(t), t) for t in pipeline_moves(program, mesh, axis)
+            (str(t), t)
+            for t in [*pipeline_moves(program, mesh, axis), *context_moves(program, mesh, axis)]
         )
 
     def moves(before: Candidate | None, axis: str) -> list[Candidate]:

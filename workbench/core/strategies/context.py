@@ -141,6 +141,17 @@ class CP(Tactic):
         return fenced + keep + first + by_dim(program, mesh, state, self.axis, picks, "sequence")
 
 
+def context_moves(program, mesh, axis: str) -> list[CP]:
+    """The ring a search tries on ``axis`` beside ``CP(axis)``: where the axis has devices
+    to pass blocks around and every attention can run as a ring."""
+    attention = program.anatomy().layers.attention
+    if mesh.axis_size(axis) < 2 or not attention:
+        return []
+    if any(isinstance(region(program, a.scores, a.context), str) for a in attention):
+        return []
+    return [CP(axis, kind="ring")]
+
+
 def gathered_at(program, view, exchanged) -> tuple[tuple[int, int], ...]:
     """(op, factor): each op reading the keys or values (of every phase) with the factor on
     their sequence dim, which it never spreads: the keys and values stay split where they
