@@ -383,3 +383,12 @@ def test_the_ep_and_cp_buttons_split_experts_and_sequences_or_say_why_not():
     assert [str(t) for t in b.session.history] == ["CP('context')"]
     assert not bar.error.value and not b.session.conflicts
     assert str(b.session.sharding("batch/tokens")).endswith("32@context]")
+
+
+def test_the_cp_ring_button_applies_ring_attention_on_the_chosen_axis(bench):
+    bench.strategies.axis.value = "model"
+    bench.strategies.buttons["CP ring"].click()
+    assert not bench.strategies.error.value
+    assert [str(t) for t in bench.session.history] == ["CP('model', kind='ring')"]
+    assert bench.session.plan().rings and "kind='ring'" in bench.export.value
+    assert "collective-permute" in bench.table.value

@@ -1,7 +1,8 @@
 """The workbench's input panels: each turns clicks into one call on the `Workbench`.
 
 ``TacticBuilder`` (value, kind, dim, axis -> a Tile / Replicate / Atomic), ``StrategyBar``
-(one button per named strategy, and PP with its microbatches, schedule and chunks), ``AutoPanel`` (the search, with a progress bar) and
+(one button per named strategy, PP with its microbatches, schedule and chunks, and CP's
+ring), ``AutoPanel`` (the search, with a progress bar) and
 ``HistoryPanel`` (the schedule, undo / redo / reset / jump). None of them changes the
 session itself: they build tactics and hand them to ``Workbench.act``.
 """
@@ -86,7 +87,7 @@ def row(children, css: str) -> w.HBox:
 class StrategyBar:
     """One button per named strategy, each on its suggested axis unless one is chosen; PP
     (on a stage-like axis unless one is chosen) with its microbatches, schedule and model
-    chunks per stage."""
+    chunks per stage; CP's ring kind."""
 
     def __init__(self, bench):
         self.bench = bench
@@ -106,6 +107,13 @@ class StrategyBar:
             "PP", "wb-strategy-PP", "PP: pipeline the repeated blocks over the axis in stages"
         )
         pp.on_click(lambda _: self.apply_pipeline())
+        ring = self.buttons["CP ring"] = button(
+            "CP ring",
+            "wb-strategy-CP-ring",
+            "CP ring: context parallelism with ring attention: keys and values passed around "
+            "the axis, an online softmax over the blocks",
+        )
+        ring.on_click(lambda _: self.apply_ring())
         small = w.Layout(width="170px")
         self.microbatches = w.BoundedIntText(
             value=0, min=0, max=1 << 16, description="microbatches", layout=small,
@@ -139,6 +147,10 @@ class StrategyBar:
 
     def apply(self, name: str) -> None:
         self.bench.act(f"{name}", lambda: STRATEGIES[name](self.axis_for(name)), self.error)
+
+    def apply_ring(self) -> None:
+        axis = self.axis_for("CP")
+        self.bench.act("CP ring", lambda: NAMED["CP"](axis, kind="ring"), self.error)
 
     def apply_pipeline(self) -> None:
         def make():
