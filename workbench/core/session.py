@@ -240,7 +240,7 @@ class Session:
         from workbench.core import hardware as presets
         from workbench.core.estimate import check_overlap, estimate, expert_loads, with_load
         from workbench.core.estimate.placements import placed_for
-        from workbench.core.estimate.step import placed_twin, repriced
+        from workbench.core.estimate.step import joined, placed_twin, repriced
 
         state = self.state if step is None else self._states[self._step(step)]
         hardware = presets.resolve(hardware)  # None: the CPU preset; a preset's name; a spec
@@ -252,7 +252,7 @@ class Session:
             args = (self.program, self.mesh, state, self.plan(step), priced)
             twin = placed_twin(cache, priced, overlap)  # the same but for its placement
             e = estimate(*args, overlap=overlap) if twin is None else repriced(twin, *args)
-            cache[hardware, overlap] = e if e.note == note else dataclasses.replace(e, note=note)
+            cache[hardware, overlap] = dataclasses.replace(e, note=joined(note, e.note))
         return with_load(cache, (hardware, overlap), load, self, state, step)
 
     def place(self, placement) -> Session:

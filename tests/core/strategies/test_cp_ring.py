@@ -229,3 +229,14 @@ def test_auto_tries_the_ring_and_takes_it_for_memory():
     s = wb.Session(program, mesh, [Auto("seq", goal="memory", budget=1)])
     assert s.state.rings == ("seq",) and s.plan().rings
     assert s.estimate("H100").memory.peak == ring.peak
+
+
+def test_a_ring_a_later_tactic_undoes_gathers_instead_and_says_why(program):
+    # BP over the sequence too after the ring: the keys are split by two axes, which a
+    # ring over one cannot pass around; the plan gathers them, and the estimate says so
+    s = ring(program, before=()).apply(wb.BP("data", dim=1))
+    notes = s.plan().notes
+    assert not s.plan().rings and len(notes) == LAYERS
+    assert all("runs by gathering on 'seq'" in n and "'seq' alone" in n for n in notes)
+    assert notes[0] in s.estimate("H100").note
+    assert on_seq(s)[("all-gather", "forward")] > 0

@@ -168,6 +168,7 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
         ops=tuple(ops),
         collectives=tuple(collectives),
         fresh_memory_s=fresh_s,
+        note=joined(*plan.notes),
     )
 
 
@@ -187,7 +188,13 @@ def repriced(estimate_: Estimate, program, mesh: Mesh, state, plan, hardware: Ha
         step_s=overlapped(estimate_.compute_s, communication_s, estimate_.overlap, hidden),
         by_kind=by_kind,
         collectives=tuple(collectives),
+        note=joined(*plan.notes),
     )
+
+
+def joined(*notes: str) -> str:
+    """Notes on how an estimate was priced, in one line ("" when none)."""
+    return "; ".join(n for n in notes if n)
 
 
 def _totals(collectives, overlap) -> tuple[dict[str, float], float, float]:
