@@ -240,3 +240,10 @@ def test_a_ring_a_later_tactic_undoes_gathers_instead_and_says_why(program):
     assert all("runs by gathering on 'seq'" in n and "'seq' alone" in n for n in notes)
     assert notes[0] in s.estimate("H100").note
     assert on_seq(s)[("all-gather", "forward")] > 0
+
+
+@pytest.mark.slow  # about 10 s: a run of the step partitioned and whole
+def test_a_ring_with_zero_3_after_it_runs_like_the_unpartitioned_step(program):
+    s = ring(program, before=[wb.BP("data")]).apply(wb.Z3("data"))
+    assert not s.conflicts and len(s.plan().rings) == 2 * LAYERS
+    assert s.run(repeats=1).matches
