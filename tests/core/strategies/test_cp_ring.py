@@ -247,3 +247,12 @@ def test_a_ring_with_zero_3_after_it_runs_like_the_unpartitioned_step(program):
     s = ring(program, before=[wb.BP("data")]).apply(wb.Z3("data"))
     assert not s.conflicts and len(s.plan().rings) == 2 * LAYERS
     assert s.run(repeats=1).matches
+
+
+def test_the_jax_export_says_the_ring_is_not_in_it(program):
+    s = ring(program, before=[wb.BP("data")])
+    for mode in ("constrained", "explicit"):
+        code = s.export_jax(mode)
+        compile(code, "exported.py", "exec")
+        assert "# NOTE: ring attention (CP kind='ring' over 'seq') is not in this export" in code
+    assert "ring attention" not in wb.Session(program, s.mesh, [wb.CP("seq")]).export_jax()

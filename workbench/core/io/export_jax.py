@@ -340,7 +340,7 @@ def export_jax(session, mode: str = "constrained") -> str:
             mesh_text=literal(dict(mesh.axes)),
             axes=literal(mesh.names),
             shape=literal(mesh.sizes),
-            device_ids=device_ids_code(session),
+            device_ids=ring_note(state) + device_ids_code(session),
             in_specs="\n".join(in_specs),
             out_specs="\n".join(out_specs),
             constraints="\n".join(constraints),
@@ -354,7 +354,7 @@ def export_jax(session, mode: str = "constrained") -> str:
         mesh_text=literal(dict(mesh.axes)),
         axes=literal(mesh.names),
         shape=literal(mesh.sizes),
-        device_ids=device_ids_code(session),
+        device_ids=ring_note(state) + device_ids_code(session),
         in_specs="\n".join(in_specs),
         out_specs="\n".join(out_specs),
         constraints="\n".join(constraints),
@@ -362,6 +362,20 @@ def export_jax(session, mode: str = "constrained") -> str:
         spatial="\n".join(spatial),
         faulty=literal(tuple(sorted(SPATIAL_CONV_FAULTY))),
         structure=SOURCE,
+    )
+
+
+def ring_note(state) -> str:
+    """Comment lines saying that a session's ring attention is not in the export ("" when
+    it has none): shardings alone leave the keys and values to the compiler, which gathers
+    them."""
+    if not state.rings:
+        return ""
+    axes = ", ".join(map(repr, dict.fromkeys(state.rings)))
+    return (
+        f"# NOTE: ring attention (CP kind='ring' over {comment(axes)}) is not in this export:\n"
+        "# these shardings leave the keys and values to XLA, which gathers them inside\n"
+        "# attention. The ring runs in workbench's explicit lowering (Session.run).\n"
     )
 
 
