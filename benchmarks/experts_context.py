@@ -14,8 +14,9 @@ activation). What XLA makes of EP then BP's shardings (tiny ``moe`` preset).
 **CP** (Llama 3 8B widths, multi-head so d_kv = d; ``CP('seq', dim=1)``, one sequence).
 Each device projects K and V on its part of the sequence and each layer's attention
 gathers them; backward gathers them again (remat) and reduce-scatters their gradients.
-The zoo attention materialises its scores. The ring kind (no remat) passes K and V
-C - 1 times each way and their float32 gradients C times, each step behind its block.
+The zoo attention materialises its scores. The ring kind passes K and V C - 1 times each
+way and their float32 gradients C times, each step behind its block; under remat its
+recomputation's output is the forward ring's, kept.
 
 **Expert load** (``estimate(expert_load=skew)``): the capacity form's step is static and
 drops the choices over its slots; the dropless form's grouped matmuls run the busiest
@@ -220,14 +221,14 @@ def cp_rows(seqs, c=8, layers=2):
 
 
 def ring_rows(seqs, c=8, layers=2):
-    """Ring against all-gather per attention layer, no remat (a ring replays its blocks
-    itself): bytes against the closed forms, the seconds the step waits for them (a ring
-    step's transfers run behind its block), and the whole step's time and peak."""
+    """Ring against all-gather per attention layer, remat: bytes against the closed forms,
+    the seconds the step waits for them (a ring step's transfers run behind its block),
+    and the whole step's time and peak."""
     rows = []
     d_kv = LLAMA8B["n_heads"] * LLAMA8B["d_head"]
     mesh = wb.Mesh({"seq": c})
     for seq in seqs:
-        program = capture(batch=1, seq_len=seq, n_layers=layers, **LLAMA8B)
+        program = capture(batch=1, seq_len=seq, remat=True, n_layers=layers, **LLAMA8B)
         block = seq / c * d_kv  # elements of one device's keys (or values)
         for kind in ("all-gather", "ring"):
             s = wb.Session(program, mesh, [wb.CP("seq", kind=kind, dim=1)])
@@ -236,8 +237,9 @@ def ring_rows(seqs, c=8, layers=2):
             if kind == "ring":
                 closed_f = 2 * (c - 1) * block * BF16
                 closed_b = closed_f + 2 * c * block * 4  # gradients as float32
-            else:
-                closed_f = closed_b = 2 * (c - 1) * block * BF16
+            else:  # backward: gathered again for the recomputation, gradients scattered
+                closed_f = 2 * (c - 1) * block * BF16
+                closed_b = 2 * closed_f
             (fk, fb, fs), (bk, bb, bs) = got["forward"], got["backward"]
             rows.append(
                 [
@@ -367,7 +369,7 @@ def main():
     headers = ["seq", "forward", "MB", "ms", "closed MB", "closed ms"]
     headers += ["backward", "MB", "ms", "closed RS ms", "conflicts"]
     print(_common.table(headers, cp_rows(args.seqs)))
-    print("\nCP ring against all-gather per attention layer (Llama 3 8B widths, C = 8, no remat)")
+    print("\nCP ring against all-gather per attention layer (Llama 3 8B widths, C = 8, remat)")
     print("MB sent and ms waited per device; the whole 2-layer step (ms) and its peak (GiB)\n")
     headers = ["seq", "kind", "forward", "MB", "closed MB", "ms waited", "backward", "MB"]
     headers += ["closed MB", "ms waited", "step", "peak"]

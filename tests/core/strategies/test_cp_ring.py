@@ -64,15 +64,20 @@ def test_each_ring_transfer_says_why(program):
 def test_the_region_is_the_attention_between_its_dots(program):
     for a in program.anatomy().layers.attention:
         r = region(program, a.scores, a.context)
-        assert isinstance(r, Region)
-        assert a.scores in r.forward and a.context in r.forward
-        assert {program.ops[o].phase for o in r.forward} == {"forward"}
+        assert isinstance(r, Region) and r.replay is None
+        f = r.forward
+        assert (
+            a.scores in f.ops
+            and a.context in f.ops
+            and (f.scores, f.context) == (a.scores, a.context)
+        )
+        assert {program.ops[o].phase for o in f.ops} == {"forward"}
         assert {program.ops[o].phase for o in r.backward} == {"backward"}
         # the gradients come out in the layouts of the queries, keys and values
-        for g, x in zip(r.grads, (r.queries, r.keys, r.values)):
+        for g, x in zip(r.grads, (f.queries, f.keys, f.values)):
             assert program.values[g].shape == program.values[x].shape
         # the causal mask is read, as a side of the chain, along its keys
-        assert r.sides and any(d == r.key_dim for _, d in r.sides)
+        assert f.sides and any(d == f.key_dim for _, d in f.sides)
 
 
 @pytest.mark.slow  # about 10 s a case: a run of the step partitioned and whole
@@ -117,16 +122,27 @@ def test_a_broken_ring_is_caught_by_the_verdict(program, monkeypatch):
     assert not report.matches
 
 
-@pytest.mark.slow  # about 10 s: four rematerialised layers captured
-def test_a_ring_under_remat_is_refused_saying_what_works():
-    ex = build("lm", lm.Config.preset("tiny", n_layers=2, remat=True))
+@pytest.mark.slow  # about 15 s: a run of rematerialised layers, and its compiled collectives
+def test_a_ring_under_remat_replays_the_forward_output_and_runs_like_the_whole_step():
+    # the backward reads a recomputation of each attention: the ring skips it, gives its
+    # output from the forward ring's (kept), and runs its own backward over the recomputed
+    # queries, keys and values
+    from workbench.core.xla.crosscheck import crosscheck
+
+    ex = build("lm", lm.Config.preset("tiny", n_layers=LAYERS, remat=True))
     program = wb.capture(ex.fn, *ex.args)
-    with pytest.raises(TacticError, match=r"cannot run as a ring: .*rematerialised.*CP\('seq'\)"):
-        ring(program, {"seq": 4, "model": 2})
-    session = wb.Session(program, wb.Mesh({"seq": 4, "model": 2}))
-    with pytest.raises(TacticError):
-        session.apply(wb.CP("seq", kind="ring"))
-    assert not session.history  # a refused tactic leaves the session as it was
+    for a in program.anatomy().layers.attention:
+        r = region(program, a.scores, a.context)
+        assert isinstance(r, Region) and r.replay is not None
+        assert r.replay.keys != r.forward.keys  # recomputed: another value, same weights
+    s = ring(program, {"seq": 4, "model": 2}, [wb.MP("model")])
+    assert not s.conflicts and len(s.plan().rings) == 3 * LAYERS
+    seen = on_seq(s)
+    assert seen[("collective-permute", "forward")] == LAYERS * 2 * 3
+    assert seen[("collective-permute", "backward")] == LAYERS * (2 * 3 + 2 * 4)
+    assert not {k for k in seen if k[0] in ("all-gather", "reduce-scatter")}
+    assert s.run(repeats=1).matches
+    assert crosscheck(s).identical
 
 
 def test_a_pipelined_step_and_other_lowerings_refuse_a_ring_saying_what_works(program):
@@ -137,6 +153,10 @@ def test_a_pipelined_step_and_other_lowerings_refuse_a_ring_saying_what_works(pr
         wb.Session(program, mesh, [wb.CP("seq", kind="ring"), wb.PP("stage", microbatches=2)])
     with pytest.raises(InputError, match=r"only the explicit lowering performs"):
         ring(program).lower("constrained")
+    session = wb.Session(program, mesh, [wb.PP("stage", microbatches=2)])
+    with pytest.raises(TacticError):
+        session.apply(wb.CP("seq", kind="ring"))
+    assert len(session.history) == 1  # a refused tactic leaves the session as it was
 
 
 @pytest.mark.slow  # about 10 s: compiled for 8 devices

@@ -34,8 +34,9 @@ def relayout(op) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class Region:
-    """One attention as ring attention computes it (op and value ids)."""
+class Pass:
+    """One evaluation of an attention between its dots: the forward's, or its recomputation
+    in the backward pass under remat (op and value ids)."""
 
     scores: int  # the scores dot
     context: int  # the context dot
@@ -43,18 +44,39 @@ class Region:
     keys: int
     values: int
     out: int  # the context dot's result
-    chain: tuple[int, ...]  # elementwise ops from the scores' result to the logits, in order
+    chain: tuple[int, ...]  # elementwise ops and transposes from the scores to the logits
     sides: tuple[tuple[int, int | None], ...]  # (array, its keys' dim or None): a mask, a bias
     logits: int  # what the softmax's max reads
     key_dim: int  # the keys' dim of the logits and the probabilities
     probs: int  # the context dot's operand index of the probabilities
     keys_seq: int  # the keys' (and the values') sequence dim
     values_seq: int
-    forward: frozenset[int]  # forward ops ring attention replaces (the two dots included)
+    ops: frozenset[int]  # its ops (the two dots included)
+    made: frozenset[int]  # the values between its dots
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """One attention as ring attention computes it: its forward `Pass`, its recomputation
+    under remat (``replay``: its output is the forward's, kept), and the backward ops it
+    replaces (op and value ids)."""
+
+    forward: Pass
+    replay: Pass | None
     backward: frozenset[int]  # backward ops it replaces
     first_backward: int  # the op where the backward ring runs (the first of ``backward``)
-    cotangent: int  # dO, the cotangent of ``out``
+    cotangent: int  # dO, the cotangent of the output
     grads: tuple[int, int, int]  # the cotangents of queries, keys and values it gives
+
+    @property
+    def evaluated(self) -> Pass:
+        """The pass whose queries, keys, values and chain the backward ring reads."""
+        return self.replay or self.forward
+
+    @property
+    def skipped(self) -> frozenset[int]:
+        """Every op the ring replaces."""
+        return self.forward.ops | self.backward | (self.replay.ops if self.replay else frozenset())
 
 
 def reached(program, scores: int, context: int) -> tuple[set[int], list[int]]:
@@ -116,6 +138,137 @@ def region(program, scores: int, context: int) -> Region | str:
     why it is none (a sentence)."""
     ops, values, users = program.ops, program.values, program.users
     top = {o: i for i, o in enumerate(program.body)}
+    fwd = _pass(program, scores, context, top)
+    if isinstance(fwd, str):
+        return fwd
+    phase = "backward"
+
+    def backward_dots(x):
+        return [o for o in dict.fromkeys(users[x]) if ops[o].phase == phase
+                and traits_of(ops[o].primitive).contraction]  # fmt: skip
+
+    replay = None
+    if not backward_dots(fwd.values):  # rematerialised: the backward reads a recomputation
+        every = [(a.scores, a.context) for a in program.anatomy().layers.attention]
+        mine = _weights(program, fwd.queries, fwd.keys)
+        again = [
+            pair
+            for pair in recomputed(program, every)
+            if _weights(program, *(x for x in ops[pair[0]].operands if isinstance(x, int))) == mine
+        ]
+        if len(again) != 1 or not mine:
+            return "its backward pass reads no recomputation of it that the workbench finds"
+        replay = _pass(program, *again[0], top)
+        if isinstance(replay, str):
+            return f"its recomputation under remat: {replay}"
+    ev = replay or fwd
+    q, k, v = ev.queries, ev.keys, ev.values
+    dp, dq, dk = ([o for o in backward_dots(x) if o not in ev.ops] for x in (v, k, q))
+    if len(dp) != 1 or len(dq) != 1 or len(dk) != 1:
+        return "its backward pass does not read its queries, keys and values once each"
+    dp, dq, dk = dp[0], dq[0], dk[0]
+    cot = next(x for x in ops[dp].operands if x != v)
+    if not isinstance(cot, int) or values[cot].shape != values[ev.out].shape:
+        return "its backward pass does not start from its output's cotangent"
+    dv = [
+        o
+        for o in backward_dots(cot)
+        if o != dp and o not in ev.ops and any(y in ev.made for y in ops[o].operands)
+    ]
+    if len(dv) != 1:
+        return "its values' gradient is not one dot of the probabilities and the cotangent"
+    grads = []
+    for dot, target in ((dq, q), (dk, k), (dv[0], v)):
+        x = ops[dot].results[0]
+        while len(us := set(users[x])) == 1 and ops[(u := next(iter(us)))].phase == phase:
+            if not relayout(ops[u]) or (
+                values[x].shape == values[target].shape and not traits_of(ops[u].primitive).permutes
+            ):
+                break
+            x = ops[u].results[0]
+        if values[x].shape != values[target].shape:
+            return "its gradients do not come out in the queries', keys' and values' layouts"
+        grads.append(x)
+    # every backward op between the cotangent (or a residual) and the three gradients
+    ancestors, todo = set(), list(grads)
+    while todo:
+        x = todo.pop()
+        o = values[x].producer
+        if x in (cot, ev.out) or o is None or o in ancestors or ops[o].phase != phase:
+            continue
+        if o not in top:
+            return "its backward pass runs inside a loop"
+        ancestors.add(o)
+        todo += [y for y in ops[o].operands if isinstance(y, int)]
+    starts = {cot} | ev.made
+    fed, todo = set(starts), list(starts)
+    while todo:
+        x = todo.pop()
+        for o in users[x]:
+            if o in ancestors:
+                for r in ops[o].results:
+                    if r not in fed:
+                        fed.add(r)
+                        todo.append(r)
+    backward = {o for o in ancestors if any(r in fed for r in ops[o].results)}
+    backward -= replay.ops if replay else set()
+    backward |= {  # made from nothing (zeros to select) for it alone
+        o
+        for o in ancestors
+        if not any(isinstance(y, int) for y in ops[o].operands)
+        and all(u in backward for r in ops[o].results for u in users[r])
+    }
+    if not backward:
+        return "its backward pass is not found"
+    made_b = {r for o in backward for r in ops[o].results}
+    for x in made_b - set(grads):
+        if any(o not in backward for o in users[x]):
+            return "a value of its backward pass is read outside it"
+    inside = fwd.ops | backward | (replay.ops if replay else frozenset())
+    for x in fwd.made | (replay.made if replay else frozenset()):
+        if any(o not in inside for o in users[x]):
+            return "a value between its dots is read elsewhere (the attention weights returned?)"
+    first = min(backward, key=top.__getitem__)
+    reads = {cot, q, k, v, *(x for x, _ in ev.sides)}
+    reads |= {y for o in backward for y in ops[o].operands if isinstance(y, int)}
+    for y in reads:
+        p = values[y].producer
+        if p is not None and p not in inside and top.get(p, -1) > top[first]:
+            return "its backward pass reads a value made after it starts"
+    return Region(fwd, replay, frozenset(backward), first, cot, tuple(grads))
+
+
+def _weights(program, *values: int, limit: int = 256) -> frozenset[int]:
+    """The program inputs the matmuls that make ``values`` read (their weights: a layer's
+    projections, recomputed or not), walking back to the first matmul on each path."""
+    ops, vals, inputs = program.ops, program.values, set(program.inputs)
+    found, seen, todo = set(), set(values), list(values)
+    while todo and len(seen) < limit:
+        o = vals[todo.pop()].producer
+        if o is None:
+            continue
+        matmul = traits_of(ops[o].primitive).contraction
+        for y in ops[o].operands:
+            if not isinstance(y, int) or y in seen:
+                continue
+            if matmul:  # its weight, read through casts and relayouts
+                while (
+                    y not in inputs
+                    and (p := vals[y].producer) is not None
+                    and traits_of(ops[p].primitive).transparent
+                ):
+                    y = ops[p].operands[0]
+                if y in inputs:
+                    found.add(y)
+                continue
+            seen.add(y)
+            todo.append(y)
+    return frozenset(found)
+
+
+def _pass(program, scores: int, context: int, top) -> Pass | str:
+    """One evaluation of an attention between its dots (`Pass`), or why it is none."""
+    ops, values, users = program.ops, program.values, program.users
     S, C = ops[scores], ops[context]
     if scores not in top or context not in top:
         return "it runs inside a loop or a branch (a scan over layers, say)"
@@ -134,19 +287,39 @@ def region(program, scores: int, context: int) -> Region | str:
         return "its keys or values carry more than one sequence dim"
     key_dim = cpc[0]
     s_out = S.results[0]
+    # between the dots: what the probabilities are made from, and what is made from that
+    # alone (residuals the backward reads); not a backward op that reads the recomputation
+    made, todo = {s_out}, [C.operands[i]]
+    while todo:
+        x = todo.pop()
+        if x in made or x not in reach:
+            continue
+        made.add(x)
+        todo += [y for y in ops[values[x].producer].operands if isinstance(y, int)]
+    grown = True
+    while grown:
+        grown = False
+        for x in list(made):
+            for o in users[x]:
+                op = ops[o]
+                if o == context or op.phase != S.phase or set(op.results) <= made:
+                    continue
+                if all(y in made for y in op.operands if isinstance(y, int)):
+                    made.update(op.results)
+                    grown = True
     maxes = [
         ops[o]
-        for x in reach
+        for x in made
         for o in dict.fromkeys(users[x])
         if o != context
+        and ops[o].phase == S.phase
         and registry.record(ops[o].primitive).family == "reduce"
         and program.mappings[o].reduction == "max"
     ]
     if len(maxes) != 1 or tuple(maxes[0].params["axes"]) != (key_dim,):
         return "no one softmax over the keys lies between its dots"
     logits = maxes[0].operands[0]
-    forward_vals = set(reach)
-    forward = {values[x].producer for x in reach if values[x].producer is not None} | {context}
+    inner = {values[x].producer for x in made} | {context}
     if values[logits].shape != values[C.operands[i]].shape:
         return "its logits are not of its probabilities' shape"
     # the chain: ancestors of the logits that descend from the scores
@@ -157,17 +330,15 @@ def region(program, scores: int, context: int) -> Region | str:
         if x == s_out or o in chain:
             continue
         chain.add(o)
-        todo += [y for y in ops[o].operands if isinstance(y, int) and y in forward_vals]
+        todo += [y for y in ops[o].operands if isinstance(y, int) and y in made]
     chain = sorted(chain, key=top.__getitem__)
     (_, _), (bl, _) = S.params["dimension_numbers"]
-    side_k = S.operands.index(k)
     lhs_free = free_dims(S, 0, len(values[S.operands[0]].shape))
-    kd = {s_out: len(bl) + (len(lhs_free) if side_k == 1 else 0)}
+    kd = {s_out: len(bl) + (len(lhs_free) if S.operands.index(k) == 1 else 0)}
     sides = {}
     for o in chain:
         op = ops[o]
-        inner = [y for y in op.operands if isinstance(y, int) and y in kd]
-        dims = {kd[y] for y in inner}
+        dims = {kd[y] for y in op.operands if isinstance(y, int) and y in kd}
         if len(dims) != 1:
             return "its scores reach their softmax along two paths"
         (d,) = dims
@@ -188,112 +359,51 @@ def region(program, scores: int, context: int) -> Region | str:
         kd[op.results[0]] = d
     if kd.get(logits) != key_dim:
         return "its softmax does not run over its keys"
-    for o in forward - set(chain) - {scores, context}:
+    for o in inner - set(chain) - {scores, context}:
         op = ops[o]
-        if registry.record(op.primitive).family not in SOFTMAX_FAMILIES or op.regions:
+        family = registry.record(op.primitive).family
+        if family not in SOFTMAX_FAMILIES or op.regions:
             return f"a {op.primitive} lies between its softmax and its context (a dropout?)"
-        if registry.record(op.primitive).family == "reduce" and tuple(
-            op.params.get("axes", ())
-        ) != (key_dim,):
+        if family == "reduce" and tuple(op.params.get("axes", ())) != (key_dim,):
             return "its softmax reduces over more than its keys"
-        if any(isinstance(y, int) and y not in forward_vals for y in op.operands):
+        if any(isinstance(y, int) and y not in made for y in op.operands):
             return "its softmax reads an array from outside it (a dropout mask?)"
-    # backward: the four transposed dots
-    phase = "backward"
+    return Pass(
+        scores, context, q, k, v, C.results[0], tuple(chain), tuple(sorted(sides.items())),
+        logits, key_dim, i, kf[0], cvc[0], frozenset(inner), frozenset(made),
+    )  # fmt: skip
 
-    def backward_dots(x):
-        return [o for o in dict.fromkeys(users[x]) if ops[o].phase == phase
-                and traits_of(ops[o].primitive).contraction]  # fmt: skip
 
-    dp, dq, dk = backward_dots(v), backward_dots(k), backward_dots(q)
-    if len(dp) != 1 or len(dq) != 1 or len(dk) != 1:
-        return (
-            "its backward pass does not read its own queries, keys and values once each "
-            "(rematerialised, or no gradient)"
-        )
-    dp, dq, dk = dp[0], dq[0], dk[0]
-    cot = next(x for x in ops[dp].operands if x != v)
-    if not isinstance(cot, int) or values[cot].shape != values[C.results[0]].shape:
-        return "its backward pass does not start from its output's cotangent"
-    dv = [
-        o for o in backward_dots(cot) if o != dp and any(y in forward_vals for y in ops[o].operands)
-    ]
-    if len(dv) != 1:
-        return "its values' gradient is not one dot of the probabilities and the cotangent"
-    dv = dv[0]
-    grads = []
-    for dot, target in ((dq, q), (dk, k), (dv, v)):
-        x = ops[dot].results[0]
-        while len(us := set(users[x])) == 1 and ops[(u := next(iter(us)))].phase == phase:
-            if not relayout(ops[u]) or (
-                values[x].shape == values[target].shape and not traits_of(ops[u].primitive).permutes
-            ):
-                break
-            x = ops[u].results[0]
-        if values[x].shape != values[target].shape:
-            return "its gradients do not come out in the queries', keys' and values' layouts"
-        grads.append(x)
-    # every backward op between the cotangent (or a residual) and the three gradients
-    ends = set(grads)
-    ancestors, todo = set(), list(grads)
-    while todo:
-        x = todo.pop()
-        o = values[x].producer
-        if x == cot or o is None or o in ancestors or ops[o].phase != phase or o not in top:
-            continue
-        ancestors.add(o)
-        todo += [y for y in ops[o].operands if isinstance(y, int)]
-    starts = {cot} | forward_vals
-    fed, todo = set(starts), list(starts)
-    while todo:
-        x = todo.pop()
-        for o in users[x]:
-            if o in ancestors:
-                for r in ops[o].results:
-                    if r not in fed:
-                        fed.add(r)
-                        todo.append(r)
-    backward = {  # fed by the cotangent or a residual, or by nothing (zeros to select)
-        o
-        for o in ancestors
-        if any(r in fed for r in ops[o].results)
-        or not any(isinstance(y, int) for y in ops[o].operands)
-    }
-    made_b = {r for o in backward for r in ops[o].results}
-    for x in made_b - ends:
-        if any(o not in backward for o in users[x]):
-            return "a value of its backward pass is read outside it"
-    for x in forward_vals:
-        if any(o not in forward and o not in backward for o in users[x]):
-            return "a value between its dots is read elsewhere (the attention weights returned?)"
-    first = min(backward, key=top.__getitem__)
-    for o in backward:
-        for y in ops[o].operands:
-            p = values[y].producer if isinstance(y, int) else None
-            if (
-                p is not None
-                and p not in backward
-                and p not in forward
-                and top.get(p, -1) > top[first]
-            ):
-                return "its backward pass reads a value made after it starts"
-    return Region(
-        scores=scores,
-        context=context,
-        queries=q,
-        keys=k,
-        values=v,
-        out=C.results[0],
-        chain=tuple(chain),
-        sides=tuple(sorted(sides.items())),
-        logits=logits,
-        key_dim=key_dim,
-        probs=i,
-        keys_seq=kf[0],
-        values_seq=cvc[0],
-        forward=frozenset(forward),
-        backward=frozenset(backward),
-        first_backward=first,
-        cotangent=cot,
-        grads=tuple(grads),
-    )
+def recomputed(program, attention) -> list[tuple[int, int]]:
+    """(scores, context) op pairs that recompute an attention outside the forward pass
+    (rematerialisation, in the backward pass or, for the last layers, where the forward
+    ends): dots of the same line, parameters and shapes as its scores, whose result reaches
+    a dot of its context's line (whose operands may come in another order). ``attention``:
+    (scores, context) op pairs."""
+
+    def signature(op):
+        shapes = tuple(program.values[v].shape if isinstance(v, int) else () for v in op.operands)
+        return op.source, op.primitive, repr(dict(op.params)), shapes
+
+    wanted = {}  # an attention's scores' signature -> its context's line
+    for scores, context in attention:
+        scores, context = program.ops[scores], program.ops[context]
+        if scores.source:  # a line to match on: no guessing by shapes alone
+            wanted[signature(scores)] = context.source
+    if not wanted:
+        return []
+    own = {o for pair in attention for o in pair}
+    later = [op for op in program.ops if traits_of(op.primitive).contraction and op.id not in own]
+    alike, on_line = {}, {}
+    for op in later:
+        alike.setdefault(signature(op), []).append(op)
+        on_line.setdefault(op.source, []).append(op)
+    pairs = []
+    for sig, line in wanted.items():
+        contexts = on_line.get(line, [])
+        for op in alike.get(sig, []) if contexts else []:
+            reach = downstream(program, op.results[0], phase=None)
+            c = next((c for c in contexts if any(x in reach for x in c.operands)), None)
+            if c is not None:
+                pairs.append((op.id, c.id))
+    return pairs

@@ -191,10 +191,10 @@ class Liveness(PlannedStep):
         for v, layout in ring.makes:
             life.made_at[v] = at
             life.touch((v, layout), at, made=True)
-        r = ring.region
+        r = ring.region.forward
         life.scratch.append((at, rings.working(ring, self.mesh, self.state)))
         life.touch((r.logits, rings.kept(ring, self.mesh, self.state)), at)  # log-sum-exp
-        if ring.backward:
+        if ring.kind != "forward":  # the forward's output, kept for the backward
             out = self.plan.rings.get(r.context)
             if out is not None:
                 life.touch((r.out, out.makes[0][1]), at)

@@ -24,13 +24,17 @@ from workbench.core.layout.sharding import Sharding
 
 
 def recompute_s(plan, ops) -> float:
-    """Seconds of the backward passes' replayed logits, for every ring of ``plan``."""
+    """Seconds of the backward passes' replayed logits, for every ring of ``plan``: the
+    forward's scores, chain and softmax once more; under remat the program's recomputation
+    stands for them (its ops are priced), less its context dot, which the ring skips."""
     by_op = {o.op: o for o in ops}
     total = 0.0
     for ring in plan.rings.values():
-        if ring.backward:
-            r = ring.region
-            total += sum(by_op[o].total_s for o in r.forward - {r.context} if o in by_op)
+        p = ring.region.forward
+        if ring.backward and ring.region.replay is None:
+            total += sum(by_op[o].total_s for o in p.ops - {p.context} if o in by_op)
+        elif ring.kind == "replay" and ring.evaluated.context in by_op:
+            total -= by_op[ring.evaluated.context].total_s
     return total
 
 
@@ -46,12 +50,9 @@ def behind_s(plan, ops, collectives) -> dict[int, float]:
     out = {}
     for o, idx in at.items():
         ring = plan.rings[o]
-        r, c = ring.region, ring.size
-        ops_of = r.backward if ring.backward else r.forward
-        block = sum(by_op[x].total_s for x in ops_of if x in by_op)
-        if ring.backward:
-            block += sum(by_op[x].total_s for x in r.forward - {r.context} if x in by_op)
-        block /= c
+        r, p, c = ring.region, ring.evaluated, ring.size
+        ops_of = r.backward | (p.ops - {p.context}) if ring.backward else p.ops
+        block = sum(by_op[x].total_s for x in ops_of if x in by_op) / c
         # per step (one of the C - 1 that overlap), the seconds of all its transfers
         per_value = {collectives[i].collective.value: collectives[i].seconds for i in idx}
         per_step = sum(per_value.values())
@@ -79,7 +80,9 @@ def hide(plan, ops, collectives) -> list:
 
 def working(ring, mesh, state) -> int:
     """Bytes per device a ring's pass holds beside what it reads and makes."""
-    r, c = ring.region, ring.size
+    r, c = ring.evaluated, ring.size
+    if ring.kind == "replay":
+        return 0
     logits = math.prod(state.shardings[r.logits].local_shape(mesh)) // c * 4
     reads = dict(ring.reads)
     kv = reads[r.keys].local_nbytes(mesh) + reads[r.values].local_nbytes(mesh)
@@ -92,7 +95,7 @@ def working(ring, mesh, state) -> int:
 
 def kept(ring, mesh, state) -> Sharding:
     """The log-sum-exp the forward pass keeps for the backward, as a buffer's layout."""
-    r = ring.region
+    r = ring.region.forward
     rows = (
         math.prod(state.shardings[r.logits].local_shape(mesh))
         // state.shardings[r.logits].local_shape(mesh)[r.key_dim]

@@ -49,12 +49,14 @@ class _Explicit(Interpreter):
         arrays = {
             v: self.fetch(env, f, v) for (v, _), f in zip(ring.reads, ring.fetches, strict=True)
         }
-        r = ring.region
-        if ring.backward:
-            made = rings.backward(self.program, ring, self.mesh, arrays, *self.saved[r.context])
+        kept = ring.region.forward.context  # its output and log-sum-exp, forward to backward
+        if ring.kind == "forward":
+            self.saved[kept] = rings.forward(self.program, ring, self.mesh, arrays)
+            made = self.saved[kept][:1]
+        elif ring.kind == "replay":  # a recomputation's output: the forward's, kept
+            made = [rings.replayed(*self.saved[kept])]
         else:
-            self.saved[r.context] = rings.forward(self.program, ring, self.mesh, arrays)
-            made = self.saved[r.context][:1]
+            made = rings.backward(self.program, ring, self.mesh, arrays, *self.saved[kept])
         for (v, layout), array in zip(ring.makes, made, strict=True):
             env[v] = {layout_key(as_layout(layout)): array}
 

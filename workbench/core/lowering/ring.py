@@ -29,7 +29,7 @@ class _Blocks:
     """One region's products on blocks, with the ring's bookkeeping."""
 
     def __init__(self, program, ring, mesh, arrays):
-        self.program, self.ring, self.r = program, ring, ring.region
+        self.program, self.ring, self.r = program, ring, ring.evaluated
         self.arrays = arrays
         self.c = ring.size
         self.index = shard_index((ring.axis,), mesh)
@@ -90,7 +90,7 @@ class _Blocks:
 
 def forward(program, ring, mesh, arrays):
     """(output, log-sum-exp) of the attention over the ring; ``arrays``: the ring's reads."""
-    b, r = _Blocks(program, ring, mesh, arrays), ring.region
+    b, r = _Blocks(program, ring, mesh, arrays), ring.evaluated
     q, k, v = arrays[r.queries], arrays[r.keys], arrays[r.values]
     m = l_ = acc = None
     for s in range(b.c):
@@ -117,11 +117,21 @@ def forward(program, ring, mesh, arrays):
     return out.astype(program.values[r.out].dtype), safe + jnp.log(l_)
 
 
+def replayed(out, lse):
+    """The forward's output where a rematerialised step recomputes it: the same values, as
+    a value of its own (plus zero times one of its log-sum-exps, which no compiler folds
+    for floats), or the recomputation's ops would be merged with the forward's and their
+    results held from one pass to the other, as remat is there to avoid."""
+    some = lse.reshape(-1)[0]
+    some = jnp.where(jnp.isfinite(some), some, 0.0)  # a fully masked row's is -inf
+    return out + jnp.zeros((), out.dtype) * some.astype(out.dtype)
+
+
 def backward(program, ring, mesh, arrays, out, lse):
     """The cotangents of the queries, keys and values (each device's own block)."""
-    b, r = _Blocks(program, ring, mesh, arrays), ring.region
+    b, r, region = _Blocks(program, ring, mesh, arrays), ring.evaluated, ring.region
     q, k, v = arrays[r.queries], arrays[r.keys], arrays[r.values]
-    dout = arrays[r.cotangent].astype(F32)
+    dout = arrays[region.cotangent].astype(F32)
     delta = b.to_stat(dout * out.astype(F32), lse)
     dq = jnp.zeros(q.shape, F32)
     dk, dv = jnp.zeros(k.shape, F32), jnp.zeros(v.shape, F32)
@@ -135,5 +145,5 @@ def backward(program, ring, mesh, arrays, out, lse):
         if s < b.c - 1:
             k, v = b.turn(k, again=True), b.turn(v, again=True)
         dk, dv = b.turn(dk), b.turn(dv)
-    dtypes = [program.values[g].dtype for g in r.grads]
+    dtypes = [program.values[g].dtype for g in region.grads]
     return [x.astype(dt) for x, dt in zip((dq, dk, dv), dtypes)]

@@ -182,7 +182,7 @@ class Planner:
         makes added in its layouts."""
         reads = tuple(self.fetch(v, lay, ring.at) for v, lay in ring.reads)
         self.rings[ring.at] = dataclasses.replace(ring, fetches=reads)
-        tactic = self.tactic_for(ring.region.keys, (ring.axis,), ring.region.scores)
+        tactic = self.tactic_for(ring.evaluated.keys, (ring.axis,), ring.evaluated.scores)
         self.collectives += rings.transfers(self.program, self.mesh, ring, self.repeat, tactic)
         for v, lay in ring.makes:
             self.add(v, lay)

@@ -11,12 +11,11 @@ from workbench.core.anatomy.attention import (
     keys_values,
     query_rows,
     reached,
+    recomputed,
     region,
     rows_of,
 )
-from workbench.core.anatomy.layers import downstream
 from workbench.core.errors import TacticError, given
-from workbench.core.ops import traits as traits_of
 from workbench.core.propagate.propagation import op_index
 from workbench.core.propagate.tactics import (
     Atomic,
@@ -52,9 +51,11 @@ class CP(Tactic):
     ``kind="ring"`` (ring attention) gathers nothing: each attention runs as a ring over
     the axis (``plan/rings.py``, ``lowering/ring.py``), its keys and values passed on
     ``C - 1`` times and folded into an online softmax; backward the blocks replayed, the
-    keys and values passed again and their gradients ``C`` times (the last hop home). An
-    attention inside a loop, rematerialised, or with anything but a softmax between its
-    dots (a dropout) is refused, saying why; so is a pipelined step.
+    keys and values passed again and their gradients ``C`` times (the last hop home); under
+    remat the recomputation's output is the forward ring's, kept, and the backward ring
+    reads the recomputed queries, keys and values. An attention inside a loop, or with
+    anything but a softmax between its dots (a dropout), is refused, saying why; so is a
+    pipelined step.
     """
 
     axis: str
@@ -121,7 +122,8 @@ class CP(Tactic):
                 "what it sees); pass dim=<the data inputs' sequence dim>, or split the batch "
                 "with BP(axis)."
             )
-        pairs = [(a.scores, a.context) for a in attention] + recomputed(program, attention)
+        pairs = [(a.scores, a.context) for a in attention]
+        pairs += recomputed(program, list(pairs))
         exchanged = {v for pair in pairs for v in keys_values(program, *pair)}
         fence = Fence(
             self.axis,
@@ -168,40 +170,6 @@ def gathered_at(program, view, exchanged) -> tuple[tuple[int, int], ...]:
             ix = index[o]
             held += [(o, f) for t, x in enumerate(ix.tensors) if x == v for f in ix.dims[t][d]]
     return tuple(dict.fromkeys(held))
-
-
-def recomputed(program, attention) -> list[tuple[int, int]]:
-    """(scores, context) op pairs that recompute an attention outside the forward pass
-    (rematerialisation, in the backward pass or, for the last layers, where the forward
-    ends): dots of the same line, parameters and shapes as its scores, whose result reaches
-    a dot of its context's line (whose operands may come in another order)."""
-
-    def signature(op):
-        shapes = tuple(program.values[v].shape if isinstance(v, int) else () for v in op.operands)
-        return op.source, op.primitive, repr(dict(op.params)), shapes
-
-    wanted = {}  # an attention's scores' signature -> its context's line
-    for a in attention:
-        scores, context = program.ops[a.scores], program.ops[a.context]
-        if scores.source:  # a line to match on: no guessing by shapes alone
-            wanted[signature(scores)] = context.source
-    if not wanted:
-        return []
-    own = {a.scores for a in attention} | {a.context for a in attention}
-    later = [op for op in program.ops if traits_of(op.primitive).contraction and op.id not in own]
-    alike, on_line = {}, {}
-    for op in later:
-        alike.setdefault(signature(op), []).append(op)
-        on_line.setdefault(op.source, []).append(op)
-    pairs = []
-    for sig, line in wanted.items():
-        contexts = on_line.get(line, [])
-        for op in alike.get(sig, []) if contexts else []:
-            reach = downstream(program, op.results[0], phase=None)
-            c = next((c for c in contexts if any(x in reach for x in c.operands)), None)
-            if c is not None:
-                pairs.append((op.id, c.id))
-    return pairs
 
 
 def key_positions(program, scores: int, context: int) -> list[int]:
