@@ -367,7 +367,7 @@ def test_the_ep_and_cp_buttons_split_experts_and_sequences_or_say_why_not():
     ex = build("lm", lm.Config.preset("moe"))
     b = on_page(Workbench(ex.fn, *ex.args, mesh={"data": 2, "expert": 4}))
     bar = b.strategies
-    assert list(bar.buttons)[-3:] == ["EP", "CP", "PP"]
+    assert list(bar.buttons)[-4:] == ["EP", "CP", "CP ring", "PP"]
     bar.buttons["BP"].click()
     bar.buttons["EP"].click()
     assert [str(t) for t in b.session.history] == ["BP('data')", "EP('expert')"]

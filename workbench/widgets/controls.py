@@ -114,6 +114,9 @@ class StrategyBar:
             "the axis, an online softmax over the blocks",
         )
         ring.on_click(lambda _: self.apply_ring())
+        named = list(STRATEGIES)
+        order = [*named[: named.index("CP") + 1], "CP ring"]  # the ring beside CP
+        self.buttons = {n: self.buttons[n] for n in [*order, *self.buttons] if n in self.buttons}
         small = w.Layout(width="170px")
         self.microbatches = w.BoundedIntText(
             value=0, min=0, max=1 << 16, description="microbatches", layout=small,
