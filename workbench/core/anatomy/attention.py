@@ -135,9 +135,34 @@ def free_dims(op, side: int, rank: int) -> list[int]:
 
 def region(program, scores: int, context: int) -> Region | str:
     """The `Region` of the attention whose dots are ``scores`` and ``context`` (op ids), or
-    why it is none (a sentence)."""
+    why it is none (a sentence). Every attention the anatomy finds is looked at once per
+    program (``program.cache``): each lookup is then free, and remat's recomputations are
+    matched to their attentions in one pass over the program, not one per attention."""
+    found = _regions(program)
+    key = (scores, context)
+    return found[0][key] if key in found[0] else _region(program, scores, context, *found[1:])
+
+
+def _regions(program) -> tuple[dict, dict, dict]:
+    """(every anatomy attention's region, the program's top-level op positions, its
+    attentions' recomputations by the weights their queries and keys are made from)."""
+
+    def build():
+        ops = program.ops
+        top = {o: i for i, o in enumerate(program.body)}
+        every = [(a.scores, a.context) for a in program.anatomy().layers.attention]
+        again: dict = {}
+        for pair in recomputed(program, every):
+            made = (x for x in ops[pair[0]].operands if isinstance(x, int))
+            again.setdefault(_weights(program, *made), []).append(pair)
+        return {pair: _region(program, *pair, top, again) for pair in every}, top, again
+
+    return program.cache.get("anatomy.attention regions", build)
+
+
+def _region(program, scores: int, context: int, top: dict, again: dict) -> Region | str:
+    """`region`, given the top-level positions and the recomputations (`_regions`)."""
     ops, values, users = program.ops, program.values, program.users
-    top = {o: i for i, o in enumerate(program.body)}
     fwd = _pass(program, scores, context, top)
     if isinstance(fwd, str):
         return fwd
@@ -149,16 +174,11 @@ def region(program, scores: int, context: int) -> Region | str:
 
     replay = None
     if not backward_dots(fwd.values):  # rematerialised: the backward reads a recomputation
-        every = [(a.scores, a.context) for a in program.anatomy().layers.attention]
         mine = _weights(program, fwd.queries, fwd.keys)
-        again = [
-            pair
-            for pair in recomputed(program, every)
-            if _weights(program, *(x for x in ops[pair[0]].operands if isinstance(x, int))) == mine
-        ]
-        if len(again) != 1 or not mine:
+        replays = again.get(mine, []) if mine else []
+        if len(replays) != 1:
             return "its backward pass reads no recomputation of it that the workbench finds"
-        replay = _pass(program, *again[0], top)
+        replay = _pass(program, *replays[0], top)
         if isinstance(replay, str):
             return f"its recomputation under remat: {replay}"
     ev = replay or fwd
