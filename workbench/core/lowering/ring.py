@@ -92,23 +92,19 @@ def forward(program, ring, mesh, arrays):
     """(output, log-sum-exp) of the attention over the ring; ``arrays``: the ring's reads."""
     b, r = _Blocks(program, ring, mesh, arrays), ring.evaluated
     q, k, v = arrays[r.queries], arrays[r.keys], arrays[r.values]
-    m = l_ = acc = None
+    m = l_ = acc = None  # running max, sum and output, from the first block on
     for s in range(b.c):
         logits = b.logits(q, k, b.sides(s))
         top = jnp.max(logits, axis=r.key_dim)
-        if m is None:
-            m_new = top
-        else:
-            m_new = jnp.maximum(m, top)
+        m_new = top if m is None else jnp.maximum(m, top)
         safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
         p = jnp.exp(logits - jnp.expand_dims(safe, r.key_dim))
-        part = b.context(v, p)
+        rows, part = jnp.sum(p, axis=r.key_dim), b.context(v, p)
         if m is None:
-            l_, acc = jnp.sum(p, axis=r.key_dim), part
-        else:
+            l_, acc = rows, part
+        else:  # the earlier blocks rescaled to the new max
             alpha = jnp.exp(m - safe)
-            l_ = l_ * alpha + jnp.sum(p, axis=r.key_dim)
-            acc = acc * b.to_out(alpha) + part
+            l_, acc = l_ * alpha + rows, acc * b.to_out(alpha) + part
         m = m_new
         if s < b.c - 1:
             k, v = b.turn(k), b.turn(v)
