@@ -101,6 +101,7 @@ class State:
     #: the axes whose attention runs as a ring (a ``CP(kind="ring")``, alone or in a
     #: composite: ``plan/rings.py``), in the order applied
     rings: tuple[str, ...] = ()
+    balanced: tuple[str, ...] = ()  # of those, the axes whose sequence is balanced (zigzag)
 
     @property
     def order(self) -> tuple[Provenance, ...]:

@@ -17,13 +17,15 @@ from jax.sharding import PartitionSpec
 from workbench.core.ir.program import Lit
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.redistribute import as_layout, layout_key
-from workbench.core.lowering import reductions
+from workbench.core.lowering import reductions, ring_pairs
 from workbench.core.lowering import ring as rings
 from workbench.core.lowering.arguments import check_devices
 from workbench.core.lowering.interpret import Interpreter, literal
 from workbench.core.lowering.local import bind_local
-from workbench.core.lowering.steps import run_step
+from workbench.core.lowering.steps import into_balance, out_of_balance, run_step
+from workbench.core.ops.local import balanced
 from workbench.core.plan.plan import Fetch, Plan
+from workbench.core.plan.zigzag import held
 
 
 class _Explicit(Interpreter):
@@ -50,18 +52,26 @@ class _Explicit(Interpreter):
             v: self.fetch(env, f, v) for (v, _), f in zip(ring.reads, ring.fetches, strict=True)
         }
         kept = ring.region.forward.context  # its output and log-sum-exp, forward to backward
+        way = rings if self.plan.zigzag is None else ring_pairs  # balanced: by chunk pairs
         if ring.kind == "forward":
-            self.saved[kept] = rings.forward(self.program, ring, self.mesh, arrays)
+            self.saved[kept] = way.forward(self.program, ring, self.mesh, arrays)
             made = self.saved[kept][:1]
         elif ring.kind == "replay":  # a recomputation's output: the forward's, kept
             made = [rings.replayed(*self.saved[kept])]
         else:
-            made = rings.backward(self.program, ring, self.mesh, arrays, *self.saved[kept])
+            made = way.backward(self.program, ring, self.mesh, arrays, *self.saved[kept])
         for (v, layout), array in zip(ring.makes, made, strict=True):
             env[v] = {layout_key(as_layout(layout)): array}
 
     def extras(self, env):
-        return [self.fetch(env, f, v) for f, v in zip(self.plan.probes, self.extra)]
+        return [
+            self.ordered(self.fetch(env, f, v), f) for f, v in zip(self.plan.probes, self.extra)
+        ]
+
+    def ordered(self, x, fetch: Fetch | None):
+        """An output's block back in order where the plan balanced its sequence."""
+        d = None if fetch is None else held(fetch.dst, self.plan.zigzag)
+        return x if d is None else out_of_balance(x, d, self.plan.zigzag)
 
     def fetch(self, env, fetch: Fetch | None, v):
         if isinstance(v, Lit):
@@ -76,8 +86,10 @@ class _Explicit(Interpreter):
         return x
 
     def read(self, env, v, op, slot):
-        fetch = self.plan.outputs[slot] if op is None else self.plan.ops[op.id].fetches[slot]
-        return self.fetch(env, fetch, v)
+        if op is None:
+            fetch = self.plan.outputs[slot]
+            return self.ordered(self.fetch(env, fetch, v), fetch)
+        return self.fetch(env, self.plan.ops[op.id].fetches[slot], v)
 
     def region_output(self, env, op, v, slot):
         return self.fetch(env, self.plan.ops[op.id].fetches[slot], v)
@@ -91,11 +103,12 @@ class _Explicit(Interpreter):
         return bind_local(op, args, list(p.operands), list(p.results), self.mesh, p)
 
     def start(self, flat_args):
-        p = self.program
-        env = {
-            v: {layout_key(as_layout(self.state.shardings[v])): a}
-            for v, a in zip(p.inputs, flat_args)
-        }
+        p, z = self.program, self.plan.zigzag
+        env = {}
+        for v, a in zip(p.inputs, flat_args):
+            layout = as_layout(self.state.shardings[v])
+            d = held(layout, z)
+            env[v] = {layout_key(layout): a if d is None else into_balance(a, d, z)}
         for v, array in p.consts.items():
             env[v] = {layout_key(p.values[v].type_sharding()): array}
         return env
@@ -164,10 +177,11 @@ def lower_explicit(
     out_specs = tuple(spec(f.dst, jmesh) if f is not None else PartitionSpec() for f in fetches)
 
     def per_device(*flat):
-        if placed is None:
-            return tuple(interp(*flat))
-        with reductions.synthesising(mesh, placed):
-            return tuple(interp(*flat))
+        with balanced(plan.zigzag):
+            if placed is None:
+                return tuple(interp(*flat))
+            with reductions.synthesising(mesh, placed):
+                return tuple(interp(*flat))
 
     mapped = jax.shard_map(
         per_device, mesh=jmesh, in_specs=in_specs, out_specs=out_specs, check_vma=False

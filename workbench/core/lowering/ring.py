@@ -20,7 +20,7 @@ from jax import lax
 
 from workbench.core.ir.program import Lit
 from workbench.core.lowering.interpret import literal
-from workbench.core.ops.local import axis_name, bind, local_params, shard_index
+from workbench.core.ops.local import axis_name, bind, local_params, shard_index, zigzag
 
 F32 = jnp.float32
 
@@ -35,6 +35,8 @@ class _Blocks:
         self.index = shard_index((ring.axis,), mesh)
         self.name = axis_name((ring.axis,))
         self.block = arrays[self.r.keys].shape[self.r.keys_seq]
+        z = zigzag()  # a balanced sequence: each block is two chunks (``plan/zigzag.py``)
+        self.z = z if z is not None and z.axis == ring.axis else None
 
     def turn(self, x, again: bool = False):
         """``x`` passed to the next device on the ring. ``again``: the backward pass's
@@ -46,21 +48,40 @@ class _Blocks:
             return lax.ppermute(x[None], self.name, pairs)[0]
         return lax.ppermute(x, self.name, pairs)
 
-    def sides(self, s: int) -> dict:
-        """The masks and biases cut to the keys of the block held at step ``s``."""
+    def held(self, s: int) -> tuple:
+        """The chunks of the sequence in the block of keys held at step ``s``: the block's
+        index, or balanced (`Zigzag`) its two chunks."""
         j = (self.index - s) % self.c
+        return (j,) if self.z is None else self.z.chunks(j)
+
+    def sides(self, s: int, chunks=None) -> dict:
+        """The masks and biases cut to the keys of the block held at step ``s`` (or of
+        ``chunks`` of it, `held`)."""
+        held = self.held(s) if chunks is None else chunks
+        n = self.block // len(self.held(s))
         cut = {}
         for x, d in self.r.sides:
             a = self.arrays[x]
-            cut[x] = a if d is None else lax.dynamic_slice_in_dim(a, j * self.block, self.block, d)
+            if d is not None:
+                parts = [lax.dynamic_slice_in_dim(a, g * n, n, d) for g in held]
+                a = parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=d)
+            cut[x] = a
         return cut
+
+    def scores(self, q, k):
+        """The captured scores dot on one block of keys."""
+        s, r = self.program.ops[self.r.scores], self.r
+        env = {r.queries: q, r.keys: k}
+        return bind(s, [env[x] for x in s.operands], local_params(s))[0]
 
     def logits(self, q, k, sides):
         """The captured scores dot and chain on one block of keys, in float32."""
+        return self.chain(self.scores(q, k), sides)
+
+    def chain(self, scores, sides):
+        """The captured chain from the scores to the logits, in float32."""
         ops, r = self.program.ops, self.r
-        s = ops[r.scores]
-        env = {r.queries: q, r.keys: k, **sides}
-        env[s.results[0]] = bind(s, [env[x] for x in s.operands], local_params(s))[0]
+        env = {**sides, ops[r.scores].results[0]: scores}
         for o in r.chain:
             op = ops[o]
             args = [literal(x) if isinstance(x, Lit) else env[x] for x in op.operands]

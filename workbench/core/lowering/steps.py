@@ -11,7 +11,7 @@ from workbench.core.dtypes import is_extended
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.redistribute import Step
 from workbench.core.lowering import reductions
-from workbench.core.ops.local import axis_name, jax_axes, shard_index
+from workbench.core.ops.local import Zigzag, axis_name, jax_axes, shard_index, zigzag
 
 
 def run_step(x, step: Step, mesh: Mesh, again: bool = False):
@@ -24,9 +24,60 @@ def run_step(x, step: Step, mesh: Mesh, again: bool = False):
     """
     if is_extended(x.dtype):
         impl = jax.random.key_impl(x)
-        data = _run(jax.random.key_data(x), step, mesh, again)
+        data = _ordered(jax.random.key_data(x), step, mesh, again)
         return jax.random.wrap_key_data(data, impl=impl)
-    return _run(x, step, mesh, again)
+    return _ordered(x, step, mesh, again)
+
+
+def _ordered(x, step: Step, mesh: Mesh, again: bool):
+    """The step, with a balanced sequence (`Zigzag`) taken from a whole dim in the
+    devices' order before a split, and put back in order after a gather."""
+    z = zigzag()
+    if z is None:
+        return _run(x, step, mesh, again)
+    for d in range(len(step.before.dims)):
+        if z.applies(step.after, d) and not z.applies(step.before, d):
+            x = jnp.take(x, z.order(x.shape[d]), axis=d)
+    x = _run(x, step, mesh, again)
+    for d in range(len(step.before.dims)):
+        if z.applies(step.before, d) and not z.applies(step.after, d):
+            x = jnp.take(x, np.argsort(z.order(x.shape[d])), axis=d)
+    return x
+
+
+def into_balance(x, dim: int, z: Zigzag):
+    """A block of ``dim`` held in order (device ``i``: chunks ``2i``, ``2i + 1``) as the
+    balanced order holds it (chunks ``i``, ``2C - 1 - i``): two transfers of half a block."""
+    c, name = z.size, axis_name((z.axis,))
+    even, odd = jnp.split(x, 2, axis=dim)
+
+    def owner(chunk):
+        return chunk if chunk < c else 2 * c - 1 - chunk
+
+    got_even = lax.ppermute(even, name, [(i, owner(2 * i)) for i in range(c)])
+    got_odd = lax.ppermute(odd, name, [(i, owner(2 * i + 1)) for i in range(c)])
+    first_even = lax.axis_index(name) % 2 == 0  # chunk i is even: it came first
+    return jnp.where(
+        first_even,
+        jnp.concatenate([got_even, got_odd], axis=dim),
+        jnp.concatenate([got_odd, got_even], axis=dim),
+    )
+
+
+def out_of_balance(x, dim: int, z: Zigzag):
+    """The inverse of `into_balance`: a balanced block of ``dim`` back in order."""
+    c, name = z.size, axis_name((z.axis,))
+    first, second = jnp.split(x, 2, axis=dim)
+    first_even = lax.axis_index(name) % 2 == 0
+    even = jnp.where(first_even, first, second)
+    odd = jnp.where(first_even, second, first)
+
+    def chunks(i):
+        return (i, 2 * c - 1 - i) if i % 2 == 0 else (2 * c - 1 - i, i)
+
+    got_even = lax.ppermute(even, name, [(i, chunks(i)[0] // 2) for i in range(c)])
+    got_odd = lax.ppermute(odd, name, [(i, chunks(i)[1] // 2) for i in range(c)])
+    return jnp.concatenate([got_even, got_odd], axis=dim)
 
 
 def _run(x, step: Step, mesh: Mesh, again: bool = False):

@@ -17,7 +17,13 @@ import jax.numpy as jnp
 from jax import lax
 
 from workbench.core.ops.costs import OpCost, elements, tensor_bytes
-from workbench.core.ops.local import bind, local_params, offset, result_shape
+from workbench.core.ops.local import (
+    bind,
+    local_params,
+    offset,
+    order_free_but,
+    result_shape,
+)
 from workbench.core.ops.mapping import MappingBuilder
 from workbench.core.ops.record import KERNEL, MOVES, Barrier, Traits
 from workbench.core.ops.registry import register
@@ -46,6 +52,7 @@ def _scatter_cost(params, operands, results, combine: int):
 
 
 # -- on local shards --------------------------------------------------------------------------
+@order_free_but(lambda dn: dn.start_index_map)
 def _gather_local(op, args, ins, outs, mesh):
     """Local slice sizes; where a looked-up dimension is tiled, a masked local lookup."""
     x, idx = args
@@ -76,6 +83,7 @@ def _gather_local(op, args, ins, outs, mesh):
     return [jnp.where(mask, out, jnp.zeros((), out.dtype))]
 
 
+@order_free_but(lambda dn: dn.scatter_dims_to_operand_dims)
 def _scatter_local(op, args, ins, outs, mesh):
     """Indices into a tiled dimension shifted to the local block; others' updates dropped."""
     x, idx, upd = args

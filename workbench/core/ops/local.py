@@ -10,8 +10,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 from contextvars import ContextVar
+from dataclasses import dataclass
 from types import MappingProxyType
 
+import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from workbench.core.layout.mesh import Mesh
@@ -52,6 +55,81 @@ def axis_name(axes) -> str | tuple[str, ...]:
     return names[0] if len(names) == 1 else names
 
 
+@dataclass(frozen=True, slots=True)
+class Zigzag:
+    """A sequence balanced over ``axis`` for causal attention: a dim of one of ``lengths``
+    split over ``axis`` alone is cut into ``2 * size`` chunks, and device ``i`` holds
+    chunks ``i`` and ``2 * size - 1 - i`` (Llama 3's and Megatron's load balancing), so
+    each holds early and late positions alike."""
+
+    axis: str
+    size: int  # devices on the axis
+    lengths: frozenset[int]  # the sequence lengths it balances
+
+    def applies(self, layout: Sharding, dim: int) -> bool:
+        """Whether ``layout`` holds ``dim`` in this order (split over the axis alone)."""
+        return layout.dims[dim] == (self.axis,) and layout.shape[dim] in self.lengths
+
+    def order(self, n: int) -> np.ndarray:
+        """The global positions of a length-``n`` dim in the order the devices hold them."""
+        h = n // (2 * self.size)
+        chunks = [c for i in range(self.size) for c in (i, 2 * self.size - 1 - i)]
+        return np.concatenate([np.arange(c * h, (c + 1) * h) for c in chunks])
+
+    def chunks(self, index):
+        """The two chunks device ``index`` holds (traced or not)."""
+        return index, 2 * self.size - 1 - index
+
+
+_ZIGZAG: ContextVar[Zigzag | None] = ContextVar("zigzag", default=None)
+
+
+@contextlib.contextmanager
+def balanced(zigzag: Zigzag | None):
+    """Within this block local lowerings index a sequence ``zigzag`` balances its way."""
+    token = _ZIGZAG.set(zigzag)
+    try:
+        yield
+    finally:
+        _ZIGZAG.reset(token)
+
+
+def zigzag() -> Zigzag | None:
+    """The balanced order local lowerings follow now (`balanced`), if any."""
+    return _ZIGZAG.get()
+
+
+def positions(layout: Sharding, dim: int, mesh: Mesh):
+    """The global positions of this device's block of ``dim``, in local order."""
+    z, local = _ZIGZAG.get(), layout.shape[dim] // layout.shards(dim, mesh)
+    if z is None or not z.applies(layout, dim):
+        return offset(layout, dim, mesh) + jnp.arange(local)
+    h = layout.shape[dim] // (2 * z.size)
+    first, second = z.chunks(shard_index((z.axis,), mesh))
+    return jnp.concatenate([first * h + jnp.arange(h), second * h + jnp.arange(h)])
+
+
+def order_free(fn):
+    """Marks a local lowering that reads no global position: it runs the same on a balanced
+    sequence (`Zigzag`), whose blocks are not contiguous."""
+    fn.order_free = True
+    return fn
+
+
+def order_free_but(indexed):
+    """Marks a local lowering that reads global positions only along the dims of its first
+    operand that ``indexed(params)`` names (a lookup's table): it runs the same on a
+    balanced sequence (`Zigzag`) anywhere else."""
+
+    def mark(fn):
+        fn.order_free = lambda op, ins, z: not any(
+            z.applies(ins[0], d) for d in indexed(op.params["dimension_numbers"])
+        )
+        return fn
+
+    return mark
+
+
 def shard_index(axes, mesh: Mesh):
     """This device's block index along a dimension tiled over ``axes`` (major to minor)."""
     index = 0
@@ -62,6 +140,9 @@ def shard_index(axes, mesh: Mesh):
 
 def offset(layout: Sharding, dim: int, mesh: Mesh):
     """Where this device's block of ``dim`` starts in the global array."""
+    z = _ZIGZAG.get()
+    if z is not None and z.applies(layout, dim):  # pragma: no cover - plans refuse it
+        raise AssertionError("a balanced sequence has no single offset; see positions()")
     local = layout.shape[dim] // layout.shards(dim, mesh)
     return shard_index(layout.dims[dim], mesh) * local
 
@@ -88,14 +169,16 @@ def result_shape(key: str):
         return bind(op, args, local_params(op, **{key: outs[0].local_shape(mesh)}))
 
     local.__name__ = local.__qualname__ = f"local_{key}"
-    return local
+    return order_free(local)
 
 
+@order_free
 def runs_unchanged(op, args, ins, outs, mesh) -> list:
     """The default lowering: the primitive as it is, on the local shards."""
     return bind(op, args, local_params(op))
 
 
+@order_free
 def as_it_is(op, args, ins, outs, mesh) -> list:
     """The identity: the operands are already what the op stands for per device."""
     return list(args)

@@ -12,9 +12,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import jax.numpy as jnp
+
 from workbench.core.ops.costs import OpCost, moves, tensor_bytes
 from workbench.core.ops.elementwise import is_zero_literal
-from workbench.core.ops.local import bind, local_params, offset, result_shape
+from workbench.core.ops.local import (
+    bind,
+    local_params,
+    offset,
+    order_free,
+    positions,
+    result_shape,
+    zigzag,
+)
 from workbench.core.ops.mapping import MappingBuilder
 from workbench.core.ops.record import BITCAST, LOOP, MOVES, RENAME, Barrier, Traits
 from workbench.core.ops.registry import register
@@ -27,6 +37,7 @@ def _slice_cost(params, operands, results):
     return OpCost(0.0, 0.0, 2 * sum(tensor_bytes(r) for r in results))
 
 
+@order_free
 def _slice_local(op, args, ins, outs, mesh):
     """Limits at the end of a dimension become the local end."""
     g, loc = ins[0].shape, ins[0].local_shape(mesh)
@@ -34,12 +45,20 @@ def _slice_local(op, args, ins, outs, mesh):
     return bind(op, args, local_params(op, limit_indices=limits))
 
 
+@order_free
 def _iota_local(op, args, ins, outs, mesh):
-    """The local block of the count: the local shape, plus the block's offset where tiled."""
+    """The local block of the count: the local shape, plus the block's offset where tiled
+    (its positions, where a balanced sequence's block is two chunks)."""
     layout = outs[0]
     params = local_params(op, shape=layout.local_shape(mesh))
     out = op.jax_primitive.bind(**params)
     d = params["dimension"]
+    if zigzag() is not None and zigzag().applies(layout, d):
+        at = [1] * out.ndim
+        at[d] = -1
+        return [
+            jnp.broadcast_to(positions(layout, d, mesh).reshape(at), out.shape).astype(out.dtype)
+        ]
     if layout.dims[d]:
         out = out + offset(layout, d, mesh).astype(out.dtype)
     return [out]

@@ -20,7 +20,7 @@ from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.redistribute import Step, as_layout, cost_bytes, peak_bytes, redistribute
 from workbench.core.layout.sharding import Sharding
 from workbench.core.layout.state import State
-from workbench.core.plan import rings
+from workbench.core.plan import rings, zigzag
 from workbench.core.plan.op_layout import laid_out, plan_op
 from workbench.core.plan.records import Fetch, OpPlan, Plan
 from workbench.core.propagate.propagation import op_index
@@ -166,7 +166,7 @@ class Planner:
             self.fetch(v, laid_out(self.state.shardings[v], self.state.shardings[v].dims), None)
             for v in probes
         )
-        return Plan(
+        plan = Plan(
             tuple(self.ops),
             outputs,
             tuple(self.collectives),
@@ -176,6 +176,11 @@ class Planner:
             self.skipped,
             self.notes,
         )
+        z, why = zigzag.balance(p, self.mesh, self.state, plan)
+        if z is None:
+            return plan if why is None else dataclasses.replace(plan, notes=(*plan.notes, why))
+        moves = zigzag.transfers(p, self.mesh, self.state, plan, z)
+        return dataclasses.replace(plan, zigzag=z, collectives=(*plan.collectives, *moves))
 
     def ring(self, ring) -> None:
         """One pass of a ring attention: its reads fetched, its transfers listed, what it

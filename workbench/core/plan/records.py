@@ -57,6 +57,7 @@ class Plan:
     )  # op -> the ring attention run there
     skipped: frozenset[int] = frozenset()  # ops the rings replace
     notes: tuple[str, ...] = ()  # what the plan could not do as its tactics asked, and why
+    zigzag: object = None  # the balanced order of a causal ring's sequence (``plan/zigzag.py``)
 
     def op(self, op_id: int) -> OpPlan:
         return self.ops[op_id]

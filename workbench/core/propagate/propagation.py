@@ -121,6 +121,7 @@ class Propagator:
         self.notes: list = list(state.notes)  # what the tactics could not do (``Note``)
         self.pipeline = state.pipeline  # the tactic pipelining the step (``State.pipeline``)
         self.rings: tuple[str, ...] = state.rings  # axes of ring attention (``State.rings``)
+        self.balanced: tuple[str, ...] = state.balanced  # of those, balanced (zigzag)
         self.fences: dict[tuple[int, str], set[int]] = {}  # (op, axis) -> factors it holds
         for o, axis, f in state.fences:
             self.fences.setdefault((o, axis), set()).add(f)
@@ -482,4 +483,5 @@ class Propagator:
             pipeline=self.pipeline,
             fences=frozenset((o, a, f) for (o, a), fs in self.fences.items() for f in fs),
             rings=self.rings,
+            balanced=self.balanced,
         )

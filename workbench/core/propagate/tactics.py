@@ -406,6 +406,8 @@ def apply_tactic(
                 prop.pipeline = t
             if getattr(t, "ring", None) is not None:  # ring attention on its axis
                 prop.rings = (*prop.rings, t.ring)
+                if getattr(t, "balance", False):
+                    prop.balanced = (*prop.balanced, t.ring)
             expanded.append((t, getattr(subs, "targets", [])))
             for sub in subs:
                 run(sub)

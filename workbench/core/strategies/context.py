@@ -56,18 +56,33 @@ class CP(Tactic):
     reads the recomputed queries, keys and values. An attention inside a loop, or with
     anything but a softmax between its dots (a dropout), is refused, saying why; so is a
     pipelined step.
+
+    ``balance=True`` (with ``kind="ring"``) balances a causal ring: the sequence is cut
+    into ``2C`` chunks and device ``i`` holds chunks ``i`` and ``2C - 1 - i``, so every
+    device skips about half of each block its mask hides and no step waits on one device
+    (``plan/zigzag.py``; the plan says where it cannot, and keeps the order).
     """
 
     axis: str
     kind: str = "all-gather"
     dim: int | None = None
     strict: bool = False  # any value it targets left whole is an error
+    balance: bool = False  # a ring's sequence in the balanced (zigzag) order
 
     def __post_init__(self):
         check_fields(self, optional_dims=("dim",))
         if self.kind not in KINDS:
             raise TacticInputError(
                 f"{self}: kind must be 'all-gather' or 'ring'; got {given(self.kind)}."
+            )
+        if self.balance not in (True, False):
+            raise TacticInputError(
+                f"{self}: balance must be True or False; got {given(self.balance)}."
+            )
+        if self.balance and self.kind != "ring":
+            raise TacticInputError(
+                f"{self}: balance=True balances a ring's blocks; use "
+                f"CP({self.axis!r}, kind='ring', balance=True)."
             )
 
     @property
@@ -78,6 +93,7 @@ class CP(Tactic):
     def __str__(self) -> str:
         extra = [f"kind={self.kind!r}"] * (self.kind != "all-gather")
         extra += [f"dim={self.dim}"] * (self.dim is not None)
+        extra += ["balance=True"] * (self.balance is True)
         return strict_text(self, f"CP({', '.join([repr(self.axis), *extra])})")
 
     def expand(self, program, mesh, state):
