@@ -122,8 +122,8 @@ def order_free_but(indexed):
     balanced sequence (`Zigzag`) anywhere else."""
 
     def mark(fn):
-        fn.order_free = lambda op, ins, z: not any(
-            z.applies(ins[0], d) for d in indexed(op.params["dimension_numbers"])
+        fn.order_free = lambda op, ins, z: (
+            not any(z.applies(ins[0], d) for d in indexed(op.params["dimension_numbers"]))
         )
         return fn
 
