@@ -7,6 +7,9 @@
   block computes, as the kernels do it (a step costs the longer of the two). Forward,
   the ``C - 1`` passes of the keys and values each hide behind one of the ``C`` blocks;
   backward, the same with the gradients, whose last hop home hides behind nothing.
+- Balanced (``CP(balance=True)``): each step of a ring costs the part of a block its
+  busiest device computes, the pairs of chunks its mask hides skipped (``fractions``,
+  read from the mask by ``anatomy.masks``); a mask read from the inputs is priced whole.
 - Memory (``working``): a pass holds one block of logits and probabilities (float32; the
   gradients' too, backward), the next block of keys and values arriving beside the one
   in use, its float32 accumulators, and backward the keys' and values' gradients in
@@ -20,7 +23,52 @@ import math
 
 import numpy as np
 
+from workbench.core.anatomy.masks import hidden_blocks
 from workbench.core.layout.sharding import Sharding
+
+
+def fractions(program, mesh, state, plan) -> dict[int, tuple[float, ...]]:
+    """Per balanced ring (by the op it runs at), per step the part of a block its busiest
+    device computes: the pairs of chunks its mask hides skipped. Rings computed whole are
+    left out."""
+    z = plan.zigzag
+    out = {}
+    for at, ring in plan.rings.items():
+        if z is None or ring.axis != z.axis or ring.kind == "replay":
+            continue
+        p = ring.region.forward
+        lay = state.shardings[p.logits]
+        rows = next((d for d, axes in enumerate(lay.dims) if axes == (ring.axis,)), None)
+        c = ring.size
+        hidden = None if rows is None else hidden_blocks(program, p, rows, 2 * c)
+        if hidden is None:
+            continue
+        steps = []
+        for s in range(c):
+            busiest = 0
+            for i in range(c):
+                j = (i - s) % c
+                rows_i, keys_j = (i, 2 * c - 1 - i), (j, 2 * c - 1 - j)
+                busiest = max(busiest, sum(not hidden[a, b] for a in rows_i for b in keys_j))
+            steps.append(busiest / 4)
+        out[at] = tuple(steps)
+    return out
+
+
+def skipped_s(plan, ops, parts) -> float:
+    """Seconds the balanced rings do not spend on the blocks their masks hide (``parts``:
+    `fractions`), of their passes' compute and their replayed logits alike."""
+    by_op = {o.op: o for o in ops}
+    total = 0.0
+    for at, steps in parts.items():
+        ring = plan.rings[at]
+        r, p = ring.region, ring.evaluated
+        ops_of = r.backward | (p.ops - {p.context}) if ring.backward else p.ops
+        seconds = sum(by_op[x].total_s for x in ops_of if x in by_op)
+        if ring.backward and r.replay is None:  # the forward's logits, replayed
+            seconds += sum(by_op[o].total_s for o in p.ops - {p.context} if o in by_op)
+        total += seconds * (1 - sum(steps) / len(steps))
+    return total
 
 
 def recompute_s(plan, ops) -> float:
@@ -38,9 +86,9 @@ def recompute_s(plan, ops) -> float:
     return total
 
 
-def behind_s(plan, ops, collectives) -> dict[int, float]:
+def behind_s(plan, ops, collectives, parts=None) -> dict[int, float]:
     """Per collective (its index in ``collectives``), the seconds of it each run hides
-    behind the ring's blocks."""
+    behind the ring's blocks (``parts``: the balanced rings' `fractions`)."""
     by_op = {o.op: o for o in ops}
     at: dict[int, list[int]] = {}
     for i, c in enumerate(collectives):
@@ -56,22 +104,24 @@ def behind_s(plan, ops, collectives) -> dict[int, float]:
         # per step (one of the C - 1 that overlap), the seconds of all its transfers
         per_value = {collectives[i].collective.value: collectives[i].seconds for i in idx}
         per_step = sum(per_value.values())
-        hidden = min(per_step, block)
+        steps = (parts or {}).get(o, (1.0,) * c)
         for i in idx:
             c_i = collectives[i]
             share = c_i.seconds / per_step if per_step else 0.0
-            # the gradients' last hop home runs after the last block: behind nothing
-            home = c_i.collective.value in r.grads and c_i.collective.step == c - 1
-            out[i] = 0.0 if home else hidden * share
+            # hop h runs while step h's block computes; the gradients' last hop home runs
+            # after the last block: behind nothing
+            hop = c_i.collective.step
+            home = c_i.collective.value in r.grads and hop == c - 1
+            out[i] = 0.0 if home else min(per_step, block * steps[hop]) * share
     return out
 
 
-def hide(plan, ops, collectives) -> list:
+def hide(plan, ops, collectives, parts=None) -> list:
     """``collectives`` (``CollectiveEstimate``) with the part of each ring transfer that
     runs behind the ring's blocks set (``behind_s``)."""
     if not plan.rings:
         return list(collectives)
-    behind = behind_s(plan, ops, collectives)
+    behind = behind_s(plan, ops, collectives, parts)
     return [
         dataclasses.replace(c, behind_s=behind[i]) if i in behind else c
         for i, c in enumerate(collectives)

@@ -110,7 +110,8 @@ class _Blocks:
 
 
 def forward(program, ring, mesh, arrays):
-    """(output, log-sum-exp) of the attention over the ring; ``arrays``: the ring's reads."""
+    """(output, (its rows' maxima, their sums)) of the attention over the ring; ``arrays``:
+    the ring's reads."""
     b, r = _Blocks(program, ring, mesh, arrays), ring.evaluated
     q, k, v = arrays[r.queries], arrays[r.keys], arrays[r.values]
     m = l_ = acc = None  # running max, sum and output, from the first block on
@@ -131,31 +132,33 @@ def forward(program, ring, mesh, arrays):
             k, v = b.turn(k), b.turn(v)
     safe = jnp.where(jnp.isfinite(m), m, 0.0)
     out = acc / b.to_out(l_)
-    return out.astype(program.values[r.out].dtype), safe + jnp.log(l_)
+    return out.astype(program.values[r.out].dtype), (safe, l_)
 
 
-def replayed(out, lse):
+def replayed(out, stats):
     """The forward's output where a rematerialised step recomputes it: the same values, as
-    a value of its own (plus zero times one of its log-sum-exps, which no compiler folds
+    a value of its own (plus zero times one of its rows' maxima, which no compiler folds
     for floats), or the recomputation's ops would be merged with the forward's and their
     results held from one pass to the other, as remat is there to avoid."""
-    some = lse.reshape(-1)[0]
-    some = jnp.where(jnp.isfinite(some), some, 0.0)  # a fully masked row's is -inf
+    some = jax.tree.leaves(stats)[0].reshape(-1)[0]
     return out + jnp.zeros((), out.dtype) * some.astype(out.dtype)
 
 
-def backward(program, ring, mesh, arrays, out, lse):
-    """The cotangents of the queries, keys and values (each device's own block)."""
+def backward(program, ring, mesh, arrays, out, stats):
+    """The cotangents of the queries, keys and values (each device's own block);
+    ``stats``: the forward's rows' maxima and sums (kept apart: a log-sum-exp near a mask's
+    -1e9 would round the sum away)."""
     b, r, region = _Blocks(program, ring, mesh, arrays), ring.evaluated, ring.region
     q, k, v = arrays[r.queries], arrays[r.keys], arrays[r.values]
+    m, total = stats
     dout = arrays[region.cotangent].astype(F32)
-    delta = b.to_stat(dout * out.astype(F32), lse)
+    delta = b.to_stat(dout * out.astype(F32), m)
     dq = jnp.zeros(q.shape, F32)
     dk, dv = jnp.zeros(k.shape, F32), jnp.zeros(v.shape, F32)
     for s in range(b.c):
         sides = b.sides(s)
         logits, pull = jax.vjp(lambda qq, kk, sides=sides: b.logits(qq, kk, sides), q, k)
-        p = jnp.exp(logits - jnp.expand_dims(lse, r.key_dim))
+        p = jnp.exp(logits - jnp.expand_dims(m, r.key_dim)) / jnp.expand_dims(total, r.key_dim)
         dv_s, dp = jax.vjp(b.context, v.astype(F32), p)[1](dout)
         dq_s, dk_s = pull(p * (dp - jnp.expand_dims(delta, r.key_dim)))
         dq, dk, dv = dq + dq_s.astype(F32), dk + dk_s.astype(F32), dv + dv_s

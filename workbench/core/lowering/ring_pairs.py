@@ -84,7 +84,7 @@ def _rows_dim(full, part) -> int:
 
 
 def forward(program, ring, mesh, arrays):
-    """(output, (log-sum-exp of each query chunk, whether the dense ring ran))."""
+    """(output, (each query chunk's rows' maxima and sums, whether the dense ring ran))."""
     b, r = _Pairs(program, ring, mesh, arrays), ring.evaluated
     q, k, v = arrays[r.queries], arrays[r.keys], arrays[r.values]
     qd = b.rows[r.queries]
@@ -121,21 +121,22 @@ def forward(program, ring, mesh, arrays):
                 )
         if s < b.c - 1:
             k, v = b.turn(k), b.turn(v)
-    outs, lses = [], []
+    outs, stats = [], []
     for m, l_, acc in states:
-        safe = jnp.where(jnp.isfinite(m), m, 0.0)
         outs.append(acc / b.to_out(l_))
-        lses.append(safe + jnp.log(l_))
+        stats.append((jnp.where(jnp.isfinite(m), m, 0.0), l_))
     out = jnp.concatenate(outs, axis=_out_dim(b, outs[0], q))
     stuck = b.agree([m for m, _, _ in states])
     dtype = program.values[r.out].dtype
 
     def again(_):  # a row no computed pair shows: every pair, as the dense ring runs them
-        o, lse = dense.forward(program, ring, mesh, arrays)
-        return o.astype(F32), *jnp.split(lse, 2, axis=_rows_dim(lse.shape, lses[0].shape))
+        o, whole = dense.forward(program, ring, mesh, arrays)
+        d = _rows_dim(whole[0].shape, stats[0][0].shape)
+        halves = [jnp.split(x, 2, axis=d) for x in whole]
+        return o.astype(F32), [(halves[0][a], halves[1][a]) for a in range(2)]
 
-    o, l0, l1 = lax.cond(stuck, again, lambda _: (out, *lses), None)
-    return o.astype(dtype), (l0, l1, stuck)
+    o, stats = lax.cond(stuck, again, lambda _: (out, stats), None)
+    return o.astype(dtype), (stats, stuck)
 
 
 def _out_dim(b, part, q) -> int:
@@ -149,19 +150,18 @@ def _out_dim(b, part, q) -> int:
 
 def backward(program, ring, mesh, arrays, out, saved):
     """The cotangents of the queries, keys and values (each device's own chunks)."""
-    l0, l1, stuck = saved
+    stats, stuck = saved
     b, r, region = _Pairs(program, ring, mesh, arrays), ring.evaluated, ring.region
     q, k, v = arrays[r.queries], arrays[r.keys], arrays[r.values]
     dout = arrays[region.cotangent].astype(F32)
     qd, od = b.rows[r.queries], b.out_dim
-    lses = (l0, l1)
 
     def pairs(_):
         qs = [b.half(q, a, qd) for a in range(2)]
         bound = b.bound(q, k)
         douts = [b.half(dout, a, od) for a in range(2)]
         outs = [b.half(out.astype(F32), a, od) for a in range(2)]
-        deltas = [b.to_stat(douts[a] * outs[a], lses[a]) for a in range(2)]
+        deltas = [b.to_stat(douts[a] * outs[a], stats[a][0]) for a in range(2)]
         dq = [jnp.zeros(x.shape, F32) for x in qs]
         kk, vv = k, v
         dk, dv = jnp.zeros(k.shape, F32), jnp.zeros(v.shape, F32)
@@ -177,7 +177,8 @@ def backward(program, ring, mesh, arrays, out, saved):
                     def step(acc, qq, kx, vx, sides, a=a):
                         dq_a, dk_b, dv_b = acc
                         logits, pull = jax.vjp(lambda x, y: b.logits(x, y, sides), qq, kx)
-                        p = jnp.exp(logits - jnp.expand_dims(lses[a], r.key_dim))
+                        m, total = (jnp.expand_dims(x, r.key_dim) for x in stats[a])
+                        p = jnp.exp(logits - m) / total
                         dv_s, dp = jax.vjp(b.context, vx.astype(F32), p)[1](douts[a])
                         dq_s, dk_s = pull(p * (dp - jnp.expand_dims(deltas[a], r.key_dim)))
                         return dq_a + dq_s.astype(F32), dk_b + dk_s.astype(F32), dv_b + dv_s
@@ -201,8 +202,9 @@ def backward(program, ring, mesh, arrays, out, saved):
         return jnp.concatenate(dq, axis=qd), dk, dv
 
     def again(_):
-        lse = jnp.concatenate(lses, axis=_rows_dim_of(l0, q, qd, b))
-        got = dense.backward(program, ring, mesh, arrays, out, lse)
+        d = _rows_dim_of(stats[0][0], q, b)
+        whole = tuple(jnp.concatenate([stats[0][i], stats[1][i]], axis=d) for i in range(2))
+        got = dense.backward(program, ring, mesh, arrays, out, whole)
         return tuple(x.astype(F32) for x in got)
 
     grads = lax.cond(stuck, again, pairs, None)
@@ -210,7 +212,7 @@ def backward(program, ring, mesh, arrays, out, saved):
     return [x.astype(dt) for x, dt in zip(grads, dtypes)]
 
 
-def _rows_dim_of(stat, q, qd, b) -> int:
+def _rows_dim_of(stat, q, b) -> int:
     """The dim of a chunk's row statistics that holds its query rows."""
     whole = jax.eval_shape(b.logits, q, b.arrays[b.r.keys], b.sides(0)).shape
     rows = [n for d, n in enumerate(whole) if d != b.r.key_dim]

@@ -180,7 +180,17 @@ class Planner:
         if z is None:
             return plan if why is None else dataclasses.replace(plan, notes=(*plan.notes, why))
         moves = zigzag.transfers(p, self.mesh, self.state, plan, z)
-        return dataclasses.replace(plan, zigzag=z, collectives=(*plan.collectives, *moves))
+        moves += zigzag.agreements(p, plan, z)
+        rerun = tuple(
+            dataclasses.replace(
+                c, why=f"{c.why}; only where a row sees no key, when the ring runs every pair again"
+            )
+            for ring in plan.rings.values()
+            for c in rings.transfers(p, self.mesh, ring, 1, None)
+        )
+        return dataclasses.replace(
+            plan, zigzag=z, collectives=(*plan.collectives, *moves), fallback=rerun
+        )
 
     def ring(self, ring) -> None:
         """One pass of a ring attention: its reads fetched, its transfers listed, what it

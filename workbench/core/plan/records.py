@@ -58,6 +58,9 @@ class Plan:
     skipped: frozenset[int] = frozenset()  # ops the rings replace
     notes: tuple[str, ...] = ()  # what the plan could not do as its tactics asked, and why
     zigzag: object = None  # the balanced order of a causal ring's sequence (``plan/zigzag.py``)
+    #: collectives compiled on a branch the step takes only where a balanced ring reruns
+    #: every pair (a row that sees no key): in the program, not in its price
+    fallback: tuple[Collective, ...] = ()
 
     def op(self, op_id: int) -> OpPlan:
         return self.ops[op_id]

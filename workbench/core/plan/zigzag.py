@@ -18,8 +18,11 @@ and says why (``Plan.notes``).
 
 from __future__ import annotations
 
+import numpy as np
+
 from workbench.core import ops
 from workbench.core.layout.collectives import Collective
+from workbench.core.layout.sharding import Sharding
 from workbench.core.ops.local import Zigzag
 from workbench.core.propagate.propagation import op_index
 
@@ -116,6 +119,35 @@ def held(layout, z: Zigzag | None) -> int | None:
     if z is None:
         return None
     return next((d for d in range(len(layout.dims)) if z.applies(layout, d)), None)
+
+
+def agreements(program, plan, z: Zigzag) -> list[Collective]:
+    """The all-reduces a balanced ring's passes run to agree, over the ring, on a bound of
+    its scores (each pass) and on whether to rerun every pair (forward): one float32 each."""
+    out = []
+    f32 = Sharding.unsharded((), np.dtype(np.float32))
+    for ring in plan.rings.values():
+        if ring.kind == "replay":
+            continue
+        what = ["the largest norm of its keys"]
+        what += ["whether a row of any device sees no key"] * (ring.kind == "forward")
+        for i, agreed in enumerate(what):
+            out.append(
+                Collective(
+                    "all-reduce",
+                    ring.evaluated.keys,
+                    (z.axis,),
+                    4,
+                    ring.at,
+                    None,
+                    f32.with_partial(z.axis, "max"),
+                    f32,
+                    reduction="max",
+                    why=f"the balanced ring ({ring.kind}) agrees on {agreed} over {z.axis!r}",
+                    step=i,
+                )
+            )
+    return out
 
 
 def transfers(program, mesh, state, plan, z: Zigzag) -> list[Collective]:

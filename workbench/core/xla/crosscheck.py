@@ -119,4 +119,7 @@ def compare(plan_collectives, hlo: list[HloCollective]) -> CrossCheck:
 
 
 def crosscheck(session, lowering: str = "explicit", devices=None) -> CrossCheck:
-    return compare(session.collectives(), compiled_collectives(session, lowering, devices))
+    """Ours (the plan's collectives, and those it compiles on a branch it rarely takes:
+    ``Plan.fallback``) against the compiled program's."""
+    ours = [*session.collectives(), *session.plan().fallback]
+    return compare(ours, compiled_collectives(session, lowering, devices))
