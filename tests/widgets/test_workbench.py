@@ -389,6 +389,8 @@ def test_the_cp_ring_button_applies_ring_attention_on_the_chosen_axis(bench):
     bench.strategies.axis.value = "model"
     bench.strategies.buttons["CP ring"].click()
     assert not bench.strategies.error.value
-    assert [str(t) for t in bench.session.history] == ["CP('model', kind='ring')"]
-    assert bench.session.plan().rings and "kind='ring'" in bench.export.value
+    # the zoo LM is causal: the ring is balanced
+    assert [str(t) for t in bench.session.history] == ["CP('model', kind='ring', balance=True)"]
+    assert bench.session.plan().rings and bench.session.plan().zigzag is not None
+    assert "kind='ring'" in bench.export.value
     assert "collective-permute" in bench.table.value

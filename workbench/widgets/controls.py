@@ -15,6 +15,7 @@ from workbench.core.ir.selectors import select
 from workbench.core.plan.schedule import SCHEDULES
 from workbench.core.propagate.tactics import Atomic, Replicate, Tile
 from workbench.core.search.tree import Auto
+from workbench.core.strategies.context import ring_for
 from workbench.core.strategies.named import (
     NAMED,
     STRATEGIES,
@@ -111,7 +112,7 @@ class StrategyBar:
             "CP ring",
             "wb-strategy-CP-ring",
             "CP ring: context parallelism with ring attention: keys and values passed around "
-            "the axis, an online softmax over the blocks",
+            "the axis, an online softmax over the blocks; balanced under a causal mask",
         )
         ring.on_click(lambda _: self.apply_ring())
         named = list(STRATEGIES)
@@ -153,7 +154,8 @@ class StrategyBar:
 
     def apply_ring(self) -> None:
         axis = self.axis_for("CP")
-        self.bench.act("CP ring", lambda: NAMED["CP"](axis, kind="ring"), self.error)
+        s = self.bench.session
+        self.bench.act("CP ring", lambda: ring_for(s.program, s.mesh, axis), self.error)
 
     def apply_pipeline(self) -> None:
         def make():

@@ -15,6 +15,7 @@ from workbench.core.anatomy.attention import (
     region,
     rows_of,
 )
+from workbench.core.anatomy.masks import hidden_blocks
 from workbench.core.errors import TacticError, given
 from workbench.core.propagate.propagation import op_index
 from workbench.core.propagate.tactics import (
@@ -160,14 +161,29 @@ class CP(Tactic):
 
 
 def context_moves(program, mesh, axis: str) -> list[CP]:
-    """The ring a search tries on ``axis`` beside ``CP(axis)``: where the axis has devices
-    to pass blocks around and every attention can run as a ring."""
+    """The ring a search tries on ``axis`` beside ``CP(axis)`` (`ring_for`): where the axis
+    has devices to pass blocks around and every attention can run as a ring."""
     attention = program.anatomy().layers.attention
     if mesh.axis_size(axis) < 2 or not attention:
         return []
     if any(isinstance(region(program, a.scores, a.context), str) for a in attention):
         return []
-    return [CP(axis, kind="ring")]
+    return [ring_for(program, mesh, axis)]
+
+
+def ring_for(program, mesh, axis: str) -> CP:
+    """The ring attention a user would want on ``axis``: balanced where a mask read from
+    the program hides whole pairs of chunks of the sequence (a causal mask), for then
+    every device skips its share alike; else in order."""
+    c = mesh.axis_size(axis)
+    for a in program.anatomy().layers.attention:
+        r, rows = region(program, a.scores, a.context), query_rows(program, a.scores, a.context)
+        if isinstance(r, str) or rows is None or c < 2:
+            continue
+        hidden = hidden_blocks(program, r.forward, rows[1], 2 * c)
+        if hidden is not None and hidden.any():
+            return CP(axis, kind="ring", balance=True)
+    return CP(axis, kind="ring")
 
 
 def gathered_at(program, view, exchanged) -> tuple[tuple[int, int], ...]:
