@@ -16,7 +16,8 @@ Each device projects K and V on its part of the sequence and each layer's attent
 gathers them; backward gathers them again (remat) and reduce-scatters their gradients.
 The zoo attention materialises its scores. The ring kind passes K and V C - 1 times each
 way and their float32 gradients C times, each step behind its block; under remat its
-recomputation's output is the forward ring's, kept.
+recomputation's output is the forward ring's, kept. Balanced (``balance=True``), each step
+of a causal ring costs its busiest device's unmasked pairs of chunks.
 
 **Expert load** (``estimate(expert_load=skew)``): the capacity form's step is static and
 drops the choices over its slots; the dropless form's grouped matmuls run the busiest
@@ -260,6 +261,39 @@ def ring_rows(seqs, c=8, layers=2):
     return rows
 
 
+def balance_rows(seqs, c=8, layers=2):
+    """The ring in order against the balanced ring (causal, remat): the whole step, the
+    part of a block each balanced step costs on its busiest device against the closed
+    form (3 + 2(C - 1)) / 4C, the inputs' transfers into the balanced order, and the peak."""
+    rows = []
+    mesh = wb.Mesh({"seq": c})
+    closed = (3 + 2 * (c - 1)) / (4 * c)
+    for seq in seqs:
+        program = capture(batch=1, seq_len=seq, remat=True, n_layers=layers, **LLAMA8B)
+        plain, e = (
+            wb.Session(program, mesh, [wb.CP("seq", kind="ring", dim=1, balance=b)]).estimate(H100)
+            for b in (False, True)
+        )
+        share = e.note.split("each step costs ")[1].split(" of a block")[0]
+        into = sum(
+            ce.collective.bytes for ce in e.collectives if "load balancing" in ce.collective.why
+        )
+        rows.append(
+            [
+                seq,
+                f"{plain.step_s * 1e3:.1f}",
+                f"{e.step_s * 1e3:.1f}",
+                f"{plain.step_s / e.step_s:.2f}x",
+                share,
+                f"{closed:.0%}",
+                f"{into / 1e3:.1f}",
+                f"{plain.memory.peak / 2**30:.1f}",
+                f"{e.memory.peak / 2**30:.1f}",
+            ]
+        )
+    return rows
+
+
 def cp_steps(seqs, devices=16, layers=32):
     """Llama 3 8B's shape, ``layers`` layers, remat, a fixed 131,072 tokens a step on
     ``devices``: B = tokens / seq sequences; without CP, BP over B devices and the rest
@@ -348,7 +382,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-xla", action="store_true")
     parser.add_argument("--seqs", type=int, nargs="+", default=[8192, 16384, 32768, 65536, 131072])
+    parser.add_argument("--balance-only", action="store_true", help="only the balanced ring")
     args = parser.parse_args()
+    if args.balance_only:
+        return print_balance(args.seqs)
     print(f"\nExperts and long context on the H100 preset; {_common.machine()}")
     print("\nEP per MoE layer (Mixtral widths, n = 8 over NVLink), MB sent and ms per device\n")
     headers = ["plan", "phase", "simulated", "MB", "ms", "closed form", "MB", "ms"]
@@ -374,6 +411,7 @@ def main():
     headers = ["seq", "kind", "forward", "MB", "closed MB", "ms waited", "backward", "MB"]
     headers += ["closed MB", "ms waited", "step", "peak"]
     print(_common.table(headers, ring_rows(args.seqs)))
+    print_balance(args.seqs)
     print("\n131,072 tokens a step on 16 devices, 32 layers, remat (s; GiB per device)\n")
     headers = ["seq", "sequences, CP", "no CP step", "no CP peak", "CP step", "CP peak"]
     headers += ["CP comm", "CP speed-up", "conflicts"]
@@ -382,6 +420,18 @@ def main():
     headers = ["configuration", "layer ms", "layer TFLOP/s per GPU (MFU)", "layer comm"]
     headers += ["full step s", "GPU h / 1e12 tokens", "GiB per layer", "published"]
     print(_common.table(headers, published_rows()))
+
+
+def print_balance(seqs):
+    print(
+        f"\nCP ring in order against balanced (causal, Llama 3 8B widths, C = 8, remat); {_common.machine()}"
+    )
+    print(
+        "the whole 2-layer step (ms), a balanced step's share of a block, KB into the order, peak (GiB)\n"
+    )
+    headers = ["seq", "ring step", "balanced step", "speed-up", "balanced share", "closed form"]
+    headers += ["KB into order", "ring peak", "balanced peak"]
+    print(_common.table(headers, balance_rows(seqs)))
 
 
 if __name__ == "__main__":

@@ -226,8 +226,8 @@ def test_a_mask_from_the_inputs_is_not_read():
 
 
 def test_the_balanced_ring_is_priced_at_the_blocks_its_mask_shows():
-    ex = build("lm", lm.Config.preset("small", n_layers=2, batch=1, seq_len=16384), abstract=True)
-    program = wb.capture(ex.fn, *ex.args)
+    config = lm.Config.preset("small", n_layers=2, batch=1, seq_len=16384, dtype="bfloat16")
+    program = wb.capture(*(lambda ex: (ex.fn, *ex.args))(build("lm", config, abstract=True)))
     mesh = wb.Mesh({"seq": 8})
     plain = wb.Session(program, mesh, [wb.CP("seq", kind="ring")]).estimate("H100")
     e = wb.Session(program, mesh, [wb.CP("seq", kind="ring", balance=True)]).estimate("H100")

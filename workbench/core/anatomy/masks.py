@@ -44,7 +44,9 @@ def _hidden(program, p, rows: int, n: int):
     ).astype(np.int64)
     ev = _Evaluator(program, length, samples)
     scores = program.ops[p.scores].results[0]
-    ev.known[scores] = np.zeros((1,) * len(program.values[scores].shape), np.float32)
+    ev.known[scores] = np.zeros(
+        (1,) * len(program.values[scores].shape), program.values[scores].dtype
+    )
     try:
         for o in p.chain:
             ev.op(program.ops[o])
