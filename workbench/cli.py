@@ -236,6 +236,7 @@ def plan_json(args, session, ex, est) -> dict:
             "communication_s": est.communication_s,
             "by_kind": dict(est.by_kind),
             "flops": est.flops,
+            **({"breakdown": breakdown_json(est.breakdown)} if est.breakdown else {}),
             "note": est.note,  # how it was priced, where a reader must know ("" if nothing)
             # under --expert-load: per MoE layer its capacity, drops and busiest device
             **(
@@ -257,6 +258,12 @@ def plan_json(args, session, ex, est) -> dict:
         "collectives": collective_rows(session, est),
         "conflicts": [str(c) for c in session.conflicts],
     }
+
+
+def breakdown_json(b) -> dict:
+    """The estimate's breakdown as plain numbers: MFU, HFU, and seconds by part."""
+    return {"mfu": b.mfu, "hfu": b.hfu, "model_flops": b.model_flops,
+            "peak_flops": b.peak_flops, "seconds": dict(b.rows())}  # fmt: skip
 
 
 def table(rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
@@ -294,11 +301,18 @@ def plan_text(args, session, ex, est) -> list[str]:
         *_label("  compute", f"{format_seconds(est.compute_s)} ({est.flops:.3g} FLOP per device)"),
         *_label("  communication", format_seconds(est.communication_s)),
     ]
+    b = est.breakdown
+    if b is not None:
+        out = out[:-3] + _label("MFU", f"{b.mfu:.1%} (HFU {b.hfu:.1%})") + out[-3:]
     rows = collective_rows(session, est)
     for kind, seconds in est.by_kind.items():
         n = sum(r["count"] for r in rows if r["kind"] == kind)
         if seconds or n:
             out += _label(f"    {kind}", f"{format_seconds(seconds)} ({n} per step)")
+    if b is not None:
+        out += _label("where it goes", "")
+        out += [f"  {what:<28}{format_seconds(t)} ({t / (b.step_s or 1):.0%} of the step)"
+                for what, t in b.rows()]  # fmt: skip
     verdict = "fits" if m.fits else "DOES NOT FIT"
     peak = f"peak {format_bytes(m.peak)} of {format_bytes(m.capacity)} per device: {verdict}"
     out += _label("memory", peak)

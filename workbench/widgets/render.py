@@ -79,8 +79,16 @@ def estimate(e) -> str:
         + (f" ({kinds})" if kinds else "")
         + f" · memory {format_bytes(m.peak)} of {format_bytes(m.capacity)}: {verdict}"
         + (pipeline(e.pipeline) if e.pipeline else "")
+        + (breakdown(e.breakdown) if e.breakdown else "")
         + (f' · <span style="color:#8a5300">note: {esc(e.note)}</span>' if e.note else "")
     )
+
+
+def breakdown(b) -> str:
+    """MFU, and where the step's time goes, each part a share of the step."""
+    step = b.step_s or 1.0
+    parts = " · ".join(f"{esc(what)} {s / step:.0%}" for what, s in b.rows())
+    return f"<br><b>MFU {b.mfu:.1%}</b> (HFU {b.hfu:.1%}) · {parts}"
 
 
 def pipeline(pe) -> str:

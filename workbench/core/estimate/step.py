@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from workbench.core.estimate import rings
+from workbench.core.estimate.breakdown import Breakdown, attention_ops, breakdown
 from workbench.core.estimate.communication import CollectiveEstimate, Communication
 from workbench.core.estimate.compute import Compute, OpEstimate
 from workbench.core.estimate.experts import summary
@@ -51,6 +52,8 @@ class Estimate:
     #: `ExpertLayer` per MoE layer, and the load checked (``experts.expert_loads``)
     experts: tuple = field(default=(), repr=False)
     expert_load: tuple | None = field(default=None, repr=False)
+    #: where the step's time goes and its MFU (``breakdown.py``)
+    breakdown: Breakdown | None = field(default=None, repr=False)
 
     def by_tactic(self) -> dict[int | None, float]:
         """Communication seconds per tactic index (None: no tactic behind it)."""
@@ -82,14 +85,18 @@ class Estimate:
         m = self.memory
         kinds = "; ".join(f"{k} {format_seconds(v)}" for k, v in self.by_kind.items() if v)
         fits = "fits" if m.fits else "DOES NOT FIT"
-        body = [
-            f"compute {format_seconds(self.compute_s)}, communication "
-            f"{format_seconds(self.communication_s)} ({kinds or 'none'}), overlap {self.overlap}",
-            f"peak memory {d.format_bytes(m.peak)} of {d.format_bytes(m.capacity)} ({fits})",
-            "at the peak: "
-            + ", ".join(f"{k} {d.format_bytes(v)}" for k, v in m.at_peak.items() if v),
-            f"{self.flops:.3g} flops, {self.kernels} kernels, {len(self.collectives)} collectives",
-        ] + ([self.moe] if self.experts else [])
+        body = (
+            [
+                f"compute {format_seconds(self.compute_s)}, communication "
+                f"{format_seconds(self.communication_s)} ({kinds or 'none'}), overlap {self.overlap}",
+                f"peak memory {d.format_bytes(m.peak)} of {d.format_bytes(m.capacity)} ({fits})",
+                "at the peak: "
+                + ", ".join(f"{k} {d.format_bytes(v)}" for k, v in m.at_peak.items() if v),
+                f"{self.flops:.3g} flops, {self.kernels} kernels, {len(self.collectives)} collectives",
+            ]
+            + ([str(self.breakdown)] if self.breakdown else [])
+            + ([self.moe] if self.experts else [])
+        )
         spanning = [c for c in self.collectives if c.synthesis is not None]
         if spanning:  # reductions across levels, each run as its synthesised program
             top = max(spanning, key=lambda c: c.total_s).synthesis
@@ -107,6 +114,10 @@ class Estimate:
         time = [("step", format_seconds(self.step_s)), ("compute", format_seconds(self.compute_s))]
         time += [(k, format_seconds(v)) for k, v in self.by_kind.items() if v]
         time += [("overlap", self.overlap), ("flops", f"{self.flops:.3g}")]
+        if self.breakdown is not None:
+            b = self.breakdown
+            time += [("MFU", f"{b.mfu:.1%}"), ("HFU", f"{b.hfu:.1%}")]
+            time += [(what, format_seconds(s)) for what, s in b.rows()]
         mem = [("peak", f"{d.format_bytes(m.peak)} of {d.format_bytes(m.capacity)}")]
         mem += [(k, d.format_bytes(v)) for k, v in m.at_peak.items() if v]
         slow = sorted(self.collectives, key=lambda c: -c.total_s)[:20]
@@ -154,9 +165,10 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
     memory = liveness.memory()
     fresh_s = hardware.fresh_memory_time(liveness.per_step_buffers(memory))
     compute_s = sum(o.total_s for o in ops) + local_s + copy_s + fresh_s
-    compute_s += rings.recompute_s(plan, ops) - rings.skipped_s(plan, ops, parts)
+    ring_s = rings.recompute_s(plan, ops) - rings.skipped_s(plan, ops, parts)
+    compute_s += ring_s
     by_kind, communication_s, hidden = _totals(collectives, overlap)
-    return Estimate(
+    e = Estimate(
         hardware=hardware.name,
         compute_s=compute_s,
         communication_s=communication_s,
@@ -171,6 +183,7 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
         fresh_memory_s=fresh_s,
         note=joined(*plan.notes, _balance_note(plan, parts)),
     )
+    return dataclasses.replace(e, breakdown=breakdown(program, mesh, hardware, e, ring_s))
 
 
 def _balance_note(plan, parts) -> str:
@@ -201,7 +214,7 @@ def repriced(estimate_: Estimate, program, mesh: Mesh, state, plan, hardware: Ha
     parts = rings.fractions(program, mesh, state, plan)
     collectives = rings.hide(plan, estimate_.ops, collectives, parts)
     by_kind, communication_s, hidden = _totals(collectives, estimate_.overlap)
-    return dataclasses.replace(
+    e = dataclasses.replace(
         estimate_,
         communication_s=communication_s,
         step_s=overlapped(estimate_.compute_s, communication_s, estimate_.overlap, hidden),
@@ -209,6 +222,13 @@ def repriced(estimate_: Estimate, program, mesh: Mesh, state, plan, hardware: Ha
         collectives=tuple(collectives),
         note=joined(*plan.notes, _balance_note(plan, parts)),
     )
+    b = estimate_.breakdown
+    extra = (
+        b.attention_s - sum(o.total_s for o in e.ops if o.op in attention_ops(program))
+        if b
+        else 0.0
+    )
+    return dataclasses.replace(e, breakdown=breakdown(program, mesh, hardware, e, extra))
 
 
 def joined(*notes: str) -> str:
@@ -258,7 +278,7 @@ def _pipelined(program, mesh, state, plan, hardware, pipeline, overlap) -> Estim
     )  # fmt: skip
     by_kind = {**dict.fromkeys(KINDS, 0.0), **others}
     by_kind["collective-permute"] = by_kind.get("collective-permute", 0.0) + sends
-    return Estimate(
+    e = Estimate(
         hardware=hardware.name,
         compute_s=pe.busy(busiest) - sum(others.values()),
         communication_s=sends + sum(others.values()),
@@ -272,3 +292,4 @@ def _pipelined(program, mesh, state, plan, hardware, pipeline, overlap) -> Estim
         kernels=pe.kernels[busiest],
         pipeline=pe,
     )
+    return dataclasses.replace(e, breakdown=breakdown(program, mesh, hardware, e))
