@@ -5,6 +5,7 @@
         --hardware h100 --overlap 0.5 --top 10
     workbench plan --model lm:tiny --mesh batch=2,model=4 --tactics "BP('batch')" "MP('model')"
     workbench plan --model lm:tiny --strategy strategy.json --json     # one JSON object
+    workbench sweep --model lm_scan:huge --hardware H100,A100 --chips 64,128,256  # what if
     workbench models       # the zoo's models and presets, with parameter counts
     workbench hardware     # the hardware presets and their headline figures
 
@@ -35,13 +36,12 @@ import re
 import sys
 from dataclasses import fields
 
+from workbench import cli_sweep
+from workbench.cli_text import UsageError, table
+
 USAGE_ERROR = 2
 INTERNAL_ERROR = 1
 INTERRUPTED = 130
-
-
-class UsageError(Exception):
-    """Input the command cannot use; the message says what was given and what would work."""
 
 
 # -- parsing the arguments ---------------------------------------------------------------------
@@ -266,19 +266,6 @@ def breakdown_json(b) -> dict:
             "peak_flops": b.peak_flops, "seconds": dict(b.rows())}  # fmt: skip
 
 
-def table(rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
-    """Rows of cells as aligned text; the last column is left unpadded."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = []
-    for r in rows:
-        cells = [
-            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))
-        ]
-        cells[-1] = r[-1]
-        lines.append("  ".join(cells).rstrip())
-    return lines
-
-
 def _label(label: str, value: str) -> list[str]:
     return [f"{label:<22}{value}"]
 
@@ -433,7 +420,7 @@ def parser() -> argparse.ArgumentParser:
         prog="workbench",
         description="Plan the partitioning of a zoo model and print its estimated cost.",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{plan,models,hardware}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{plan,sweep,models,hardware}")
     plan = sub.add_parser("plan", help="estimate a strategy on a zoo model")
     plan.add_argument("--model", required=True, help="NAME[:PRESET], e.g. lm:tiny")
     plan.add_argument("--mesh", help="AXIS=SIZE,... e.g. batch=2,model=4")
@@ -450,6 +437,7 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument("--top", type=int, default=20, help="collectives listed (0: all)")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     plan.set_defaults(run=cmd_plan)
+    cli_sweep.add_parser(sub)
     sub.add_parser("models", help="list the zoo's models and presets").set_defaults(run=cmd_models)
     sub.add_parser("hardware", help="list the hardware presets").set_defaults(run=cmd_hardware)
     return p

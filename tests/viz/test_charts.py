@@ -71,8 +71,12 @@ def test_time_breakdown_has_compute_and_each_kind_present(session):
     e = session.estimate(hw.H100)
     bars = traces(time_breakdown(e), "bar")
     kinds = [k for k, s in e.by_kind.items() if s]
-    assert kinds and list(bars) == ["compute", *kinds]
-    assert list(bars["compute"]["x"]) == [e.compute_s]
+    # compute split by kind (`Estimate.breakdown`), each part after the one before
+    parts = [w for w, _ in e.breakdown.rows() if not w.startswith("communication")]
+    assert kinds and list(bars) == [*parts, *kinds]
+    assert sum(bars[p]["x"][0] for p in parts) == pytest.approx(e.compute_s)
+    assert bars[parts[1]]["base"][0] == pytest.approx(bars[parts[0]]["x"][0])
+    assert f"MFU {e.breakdown.mfu:.1%}" in title(time_breakdown(e))
     for k in kinds:
         assert list(bars[k]["x"]) == [e.by_kind[k]]
         assert list(bars[k]["y"]) == ["communication"]

@@ -29,6 +29,7 @@ from workbench.core.units import format_bytes, format_seconds
 from workbench.viz.style import (
     CATEGORY_COLORS,
     COMPUTE,
+    COMPUTE_PARTS,
     DOES_NOT_FIT,
     FITS,
     KIND_COLORS,
@@ -53,7 +54,16 @@ def time_breakdown(estimate: Estimate) -> go.Figure:
     e = estimate
     start = e.step_s - e.communication_s
     fig = go.Figure()
-    fig.add_trace(_hbar("compute", COMPUTE, e.compute_s, 0.0, "compute"))
+    b = e.breakdown
+    parts = [("compute", e.compute_s)] if b is None or e.pipeline is not None else [
+        ("matmuls", b.matmul_s), ("attention", b.attention_s),
+        ("elementwise and copies", b.other_s),
+    ]  # fmt: skip
+    at = 0.0
+    for name, seconds in parts:
+        if seconds or name == "compute":
+            fig.add_trace(_hbar(name, COMPUTE_PARTS.get(name, COMPUTE), seconds, at, "compute"))
+            at += seconds
     at = start
     for kind in KINDS:
         if seconds := e.by_kind.get(kind, 0.0):
@@ -81,7 +91,8 @@ def time_breakdown(estimate: Estimate) -> go.Figure:
         f"compute {format_seconds(e.compute_s)}, communication "
         f"{format_seconds(e.communication_s)}; {overlap_text(e.overlap)}"
     )
-    return _finish(fig, f"Step time on {e.hardware}: {format_seconds(e.step_s)}", subtitle)
+    mfu = f", MFU {b.mfu:.1%}" if b is not None else ""
+    return _finish(fig, f"Step time on {e.hardware}: {format_seconds(e.step_s)}{mfu}", subtitle)
 
 
 def memory_breakdown(estimate: Estimate) -> go.Figure:

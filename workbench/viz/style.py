@@ -91,6 +91,12 @@ def partial_note(sharding: Sharding) -> str:
 # deficiencies; kept apart from the axis palette, since a chart's colours name parts of a
 # step, not mesh axes.
 COMPUTE = "#332288"  # indigo
+#: the compute bar split by kind (`Estimate.breakdown`): the matmuls in the compute colour
+COMPUTE_PARTS = {
+    "matmuls": COMPUTE,
+    "attention": "#117733",  # green
+    "elementwise and copies": "#999933",  # olive
+}
 KIND_COLORS = {
     "all-gather": "#88CCEE",  # cyan
     "reduce-scatter": "#44AA99",  # teal

@@ -71,6 +71,7 @@ def test_a_balanced_ring_holds_the_sequence_in_zigzag_order(program):
     assert len(plan.fallback) == LAYERS * (2 * 3 + 2 * 3 + 2 * 4)
 
 
+@pytest.mark.slow  # about 9 s: a run of the step partitioned and whole
 def test_a_balanced_ring_runs_like_the_unpartitioned_step(program):
     assert balanced(program, before=[wb.BP("data")]).run(repeats=1).matches
 
@@ -152,6 +153,7 @@ def _padded():
     return wb.capture(jax.value_and_grad(loss), params, x, valid)
 
 
+@pytest.mark.slow  # about 5 s: a run of the step partitioned and whole
 def test_a_row_that_sees_no_key_runs_every_pair(monkeypatch):
     program = _padded()
     _skipped, stuck = _watch(monkeypatch)
