@@ -25,6 +25,7 @@ from workbench.core.propagate.tactics import Atomic, Replicate, Tactic, Tile
 from workbench.core.search.tree import Auto
 from workbench.core.session import Session
 from workbench.core.strategies import NAMED
+from workbench.core.whatif import sweep
 
 # the named strategies, Role and Place, each registered where it is defined (core/strategies/)
 globals().update(NAMED)
@@ -50,6 +51,7 @@ __all__ = [
     "capture",
     "hardware",
     "partition",
+    "sweep",
     "tag",
 ]
 del NAMED

@@ -5,9 +5,8 @@
         --hardware h100 --overlap 0.5 --top 10
     workbench plan --model lm:tiny --mesh batch=2,model=4 --tactics "BP('batch')" "MP('model')"
     workbench plan --model lm:tiny --strategy strategy.json --json     # one JSON object
-    workbench sweep --model lm_scan:huge --hardware H100,A100 --chips 64,128,256  # what if
-    workbench models       # the zoo's models and presets, with parameter counts
-    workbench hardware     # the hardware presets and their headline figures
+    workbench sweep --model lm_scan:huge --hardware H100,A100 --chips 64,256  # cli_sweep.py
+    workbench models       # the zoo's models and presets; hardware: the presets
 
 ``plan`` builds the model from shapes alone (nothing is allocated, so large presets plan on
 a laptop), captures it, applies the schedule and prints the simulator's estimate of one

@@ -30,6 +30,7 @@ FLOORS = (
     {"xla"},
     {"io"},
     {"session", "partition"},
+    {"whatif"},  # sweeps of sessions over clusters and shapes
 )
 FLOOR = {part: i for i, parts in enumerate(FLOORS) for part in parts}
 
@@ -180,7 +181,7 @@ def test_the_public_face_is_unchanged():
             ),
             *("Mesh",),
             *("Program", "Replicate", "Role", "Session", "Sharding", "Tactic", "Tile"),
-            *("Workbench", "WorkbenchError", "capture", "hardware", "partition", "tag"),
+            *("Workbench", "WorkbenchError", "capture", "hardware", "partition", "sweep", "tag"),
             *("InputError", "LimitError", "FileFormatError", "DeviceError"),
         ]
     )

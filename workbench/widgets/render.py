@@ -84,6 +84,16 @@ def estimate(e) -> str:
     )
 
 
+def answers(rows) -> str:
+    """A sweep's answers (``viz.whatif.answer_rows``) as a two-column table."""
+    body = "".join(
+        f"<tr><td style='padding:2px 8px 2px 0;vertical-align:top'><b>{esc(r['question'])}</b>"
+        f"</td><td style='padding:2px 0'>{esc(r['answer'])}</td></tr>"
+        for r in rows
+    )
+    return f"<table style='font-size:12px'>{body}</table>"
+
+
 def breakdown(b) -> str:
     """MFU, and where the step's time goes, each part a share of the step."""
     step = b.step_s or 1.0

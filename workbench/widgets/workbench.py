@@ -4,10 +4,8 @@ Every action goes through ``act`` (apply a tactic) or ``move`` (undo, redo, rese
 it clears the error lines, runs the call, and redraws every view from the session; a
 failure shows in the panel where the user acted and in the error line at the top
 (``WorkbenchError`` as its message, anything else with its traceback), leaves the session
-as it was, and every view is redrawn from it. The views only show what core and viz
-return: the program graph, the estimate and its charts, the collective plan, the value
-inspector, what the workbench sees in the model (with its role corrections), the run panel
-and the export panel.
+as it was, and every view is redrawn from it. The views only show what core and viz return:
+graph, estimate, collectives, inspector, anatomy, run, exports, placement and what-if.
 """
 
 from __future__ import annotations
@@ -53,6 +51,7 @@ from workbench.widgets.controls import (
 )
 from workbench.widgets.graphpanel import GraphPanel
 from workbench.widgets.placement import PlacementPanel
+from workbench.widgets.whatif import WhatIfPanel
 
 CALIBRATED = "calibrated: the attached devices"
 EXPORTS = ("Python", "plain JAX", "JSON")
@@ -122,8 +121,7 @@ class Workbench(w.VBox):
         self.status = w.HTML()
         self.status.add_class("wb-status")
         self.error = w.HTML()
-        self.error.add_class("wb-error")
-        # where each panel shows what failed in it (``redraw``'s ``where``)
+        self.error.add_class("wb-error")  # below: each panel's (``redraw``'s ``where``)
         self.estimate_error, self.table_error, self.inspect_error = (error_line() for _ in "123")
         self.run_error, self.export_error, self.save_error = (error_line() for _ in "123")
 
@@ -133,6 +131,7 @@ class Workbench(w.VBox):
         self.history = HistoryPanel(self)
         self.anatomy = AnatomyPanel(self, self.names)
         self.placement = PlacementPanel(self)  # the "Placement" tab: where the axes lie
+        self.whatif = WhatIfPanel(self, _display)  # the "What if" tab: other clusters
 
         # the program graph: pan, zoom, fold, click, replay (see graphpanel.py)
         self.graph_panel = GraphPanel(self)
@@ -224,8 +223,9 @@ class Workbench(w.VBox):
                 w.VBox([w.HBox([self.lowering, self.run_button]), self.run_error, self.run_result]),
                 self.anatomy.box,
                 self.placement.box,
+                self.whatif.box,
             ],
-            titles=("Collectives", "Inspect a value", "Run", "Anatomy", "Placement"),
+            titles=("Collectives", "Inspect a value", "Run", "Anatomy", "Placement", "What if"),
             layout=w.Layout(min_width="0", max_width="100%"),
         )
         sections.add_class("wb-panel")
@@ -311,7 +311,7 @@ class Workbench(w.VBox):
     def error_lines(self) -> list[w.HTML]:
         """Every panel's error line."""
         panels = (self.strategies, self.builder, self.auto, self.history, self.anatomy)
-        panels += (self.placement,)
+        panels += (self.placement, self.whatif)
         return [p.error for p in panels] + [
             self.graph_panel.error,
             self.estimate_error,
