@@ -267,3 +267,26 @@ def test_bp_on_a_step_without_data_says_what_would_work():
     ):
         s.apply(wb.BP("batch"))
     assert s.step == 0
+
+
+def test_a_step_that_returns_its_gradients_has_parameters():
+    # jax.value_and_grad alone, as JAX's docs write a first training step: no update in
+    # the step, so the parameters are the inputs whose gradients it returns in their place
+    import jax
+    import jax.numpy as jnp
+
+    def loss(params, x):
+        w1, w2 = params
+        return jnp.mean((jax.nn.relu(x @ w1) @ w2) ** 2)
+
+    params = [jax.ShapeDtypeStruct(s, jnp.float32) for s in ((64, 128), (128, 64))]
+    program = wb.capture(
+        jax.value_and_grad(loss), params, jax.ShapeDtypeStruct((512, 64), jnp.float32)
+    )
+    a = program.anatomy()
+    names = {program.values[v].name for v in a.parameters}
+    assert names == {"params/0", "params/1"}
+    assert [program.values[v].name for v, _ in a.data] == ["x"] and a.data[0][1] == 0
+    # so data parallelism splits the batch, not the features it shares with a weight
+    s = wb.Session(program, wb.Mesh({"data": 8}), [wb.BP("data")])
+    assert str(s.sharding("x")) == "f32[512@data,64]" and not s.sharding("params/0").dims[0]

@@ -139,12 +139,12 @@ def _padded():
     n, d, b = 32, 16, 2
 
     def loss(params, x, valid):
-        q, k, v = (x @ params[w] for w in "qkv")
-        s = jnp.einsum("bqd,bkd->bqk", q, k) / 4.0
+        q, k, v = ((x @ params[w]).reshape(b, n, 2, d // 2) for w in "qkv")  # two heads
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / 4.0
         pos = jnp.arange(n)
-        mask = (pos[:, None] >= pos[None, :])[None] & valid[:, None, :]
+        mask = (pos[:, None] >= pos[None, :])[None, None] & valid[:, None, None, :]
         p = jax.nn.softmax(jnp.where(mask, s, -1e9), axis=-1)
-        return jnp.mean(jnp.einsum("bqk,bkd->bqd", p, v) ** 2)
+        return jnp.mean(jnp.einsum("bhqk,bkhd->bqhd", p, v) ** 2)
 
     r = np.random.default_rng(0)
     params = {w: jnp.asarray(r.normal(size=(d, d)) / 4, jnp.float32) for w in "qkv"}
@@ -224,7 +224,7 @@ def test_a_mask_from_the_inputs_is_not_read():
     p = _padded()
     a = p.anatomy().layers.attention[0]
     f = region(p, a.scores, a.context).forward
-    assert hidden_blocks(p, f, 1, 8) is None
+    assert hidden_blocks(p, f, 2, 8) is None
 
 
 def test_the_balanced_ring_is_priced_at_the_blocks_its_mask_shows():

@@ -5,7 +5,8 @@ passes to correct a finding. From the dataflow, the phases (``phases``) and the 
 classes (``dims``):
 
 - *parameters*: inputs the forward or backward pass reads whose update the optimizer
-  computes elementwise (the update's same-shaped chain holds exactly one such input);
+  computes elementwise (the update's same-shaped chain holds exactly one such input); in
+  a step with no update, the inputs whose gradients it returns in their place;
 - their *gradients* (what the backward pass hands that chain), *optimizer state* (the
   other inputs in it: moments, a master copy; and inputs only the update reads, like a
   step counter) and *updates* (the outputs made in it);
@@ -307,6 +308,18 @@ def build_anatomy(program) -> Anatomy:
         ]
         if same:
             new_params[p] = same[0]
+    returned = not parameters  # a step that returns its gradients (value_and_grad alone)
+    if returned:
+        for o, i in paired.items():
+            made = values[o].producer
+            if (
+                i not in key_set
+                and made is not None
+                and ops[made].phase == "backward"
+                and phase_readers[i] & {"forward", "backward"}
+            ):
+                parameters.append(i)
+                gradients[i], state[i], updates[i] = o, (), ()
     parameters.sort()
     in_chains = {s for p in parameters for s in state[p]}
     optimizer_state = sorted(
@@ -335,9 +348,12 @@ def build_anatomy(program) -> Anatomy:
                 "parameter",
                 tuple(parameters),
                 None,
-                "inputs the model reads whose update the optimizer computes elementwise "
+                "inputs the model reads whose gradient the step returns, shaped like them in "
+                "their place (no update in the step)"
+                if returned
+                else "inputs the model reads whose update the optimizer computes elementwise "
                 "from a gradient of the backward pass",
-                0.95,
+                0.9 if returned else 0.95,
             ),
         )
         findings.insert(
@@ -346,7 +362,9 @@ def build_anatomy(program) -> Anatomy:
                 "gradient",
                 tuple(gradients[p] for p in parameters),
                 None,
-                "backward-pass values each parameter's update reads",
+                "the gradients the step returns"
+                if returned
+                else "backward-pass values each parameter's update reads",
                 0.95,
             ),
         )
