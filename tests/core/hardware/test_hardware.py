@@ -273,3 +273,34 @@ def test_hierarchy_follows_explicit_links():
     h = spec(latency=0.0, inter_latency=0.0).with_axis_links({"x": "slow"})
     t = collective_time("all-gather", 1 * GB, ("y", "x"), mesh, h)
     assert t == pytest.approx(0.5 * GB / (100 * GB) + 0.5 * 0.5 * GB / (10 * GB))
+
+
+def test_a_matmul_runs_at_its_measured_share_of_the_peak():
+    import dataclasses
+
+    import jax
+    import jax.numpy as jnp
+
+    import workbench as wb
+    from workbench.core.hardware.levels import HardwareError
+
+    h100 = wb.hardware.H100
+    assert h100.matmul_flops("bfloat16") == pytest.approx(792.1e12)  # the MAMF measurement
+    assert h100.matmul_flops("float16") == pytest.approx(989.5e12 * 792.1 / 989.5)  # falls back
+    assert wb.hardware.TPU_V5E.matmul_flops("bfloat16") == wb.hardware.TPU_V5E.peak_flops(
+        "bfloat16"
+    )
+    at_peak = dataclasses.replace(h100, name="H100 at peak", matmul_efficiency={})
+    x = jax.ShapeDtypeStruct((8192, 8192), jnp.bfloat16)
+    program = wb.capture(lambda a, b: jnp.tanh(a @ b), x, x)  # a compute-bound matmul
+    s = wb.Session(program, wb.Mesh({"d": 1}))
+    measured, peak = (s.estimate(h) for h in (h100, at_peak))
+    matmul = next(o for o in measured.ops if program.ops[o.op].primitive == "dot_general")
+    fast = next(o for o in peak.ops if o.op == matmul.op)
+    assert matmul.seconds == pytest.approx(fast.seconds * 989.5 / 792.1)
+    # elementwise work keeps the peak: only matmuls and convolutions are scaled
+    other = [(a.seconds, b.seconds) for a, b in zip(measured.ops, peak.ops) if a.op != matmul.op]
+    assert all(a == b for a, b in other)
+    for bad in ({"bfloat16": 0}, {"bfloat16": 1.5}, {"bfloat16": "high"}):
+        with pytest.raises(HardwareError, match=r"matmul_efficiency=.*in \(0, 1\]"):
+            dataclasses.replace(h100, matmul_efficiency=bad)

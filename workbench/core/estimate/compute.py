@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from workbench.core import ops
 from workbench.core.dtypes import is_extended
 from workbench.core.estimate.fusion import FREE, copy_reads
 from workbench.core.estimate.static import PlannedStep
@@ -94,7 +95,8 @@ class Compute(PlannedStep):
         cost = replace(cost, bytes_accessed=0.0 if free else max(cost.bytes_accessed - inside, 0.0))
         kernel = not free and bool(op.results) and not all(out_fused)
         dtype = p.values[op.results[0]].dtype if op.results else None
-        seconds = 0.0 if free else op_time(cost, hw, dtype)
+        t = ops.traits(op.primitive)
+        seconds = 0.0 if free else op_time(cost, hw, dtype, t.contraction or t.convolution)
         seconds += hw.op_overhead if kernel else 0.0
         return cost, seconds, kernel
 
@@ -181,13 +183,16 @@ class Compute(PlannedStep):
         return read, size
 
 
-def op_time(cost: OpCost, hardware, dtype=None) -> float:
-    """Roofline seconds: max((flops + transcendentals) / peak(dtype), bytes / HBM bandwidth).
+def op_time(cost: OpCost, hardware, dtype=None, matmul: bool = False) -> float:
+    """Roofline seconds: max((flops + transcendentals) / rate, bytes / HBM bandwidth), the
+    rate a matmul's (``matmul``: the peak times its measured share, `Hardware.matmul_flops`)
+    or else the dtype's peak.
 
     One peak per dtype (the matrix unit's): elementwise work really runs on slower
     vector units, but it is almost always memory-bound, so the max rarely changes.
     """
     if is_extended(dtype):  # key arrays: the work is on their uint32 words
         dtype = np.uint32
-    compute = (cost.flops + cost.transcendentals) / hardware.peak_flops(dtype)
+    rate = hardware.matmul_flops(dtype) if matmul else hardware.peak_flops(dtype)
+    compute = (cost.flops + cost.transcendentals) / rate
     return max(compute, cost.bytes_accessed / hardware.hbm_bandwidth)

@@ -33,6 +33,7 @@ from workbench.core.dtypes import is_extended
 from workbench.core.errors import InputError, given
 from workbench.core.estimate.compute import op_time
 from workbench.core.estimate.overlap import overlapped
+from workbench.core.ops import traits
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,7 +351,11 @@ def loaded(estimate_, load, program, mesh, state, plan, hardware):
             continue
         cost = dataclasses.replace(o.cost, flops=o.cost.flops * factor)
         dtype = program.values[program.ops[o.op].results[0]].dtype
-        seconds = op_time(cost, hardware, dtype) + (hardware.op_overhead if o.kernel else 0.0)
+        t = traits(program.ops[o.op].primitive)
+        matmul = t.contraction or t.convolution
+        seconds = op_time(cost, hardware, dtype, matmul) + (
+            hardware.op_overhead if o.kernel else 0.0
+        )
         ops[j] = dataclasses.replace(o, cost=cost, seconds=seconds)
         delta += (seconds - o.seconds) * o.count
         flops += (cost.flops - o.cost.flops) * o.count

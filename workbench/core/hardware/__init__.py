@@ -25,13 +25,8 @@ from workbench.core.hardware.presets import (
     TPU_V5E,
     TPU_V5P,
 )
-from workbench.core.hardware.spec import (
-    FALLBACKS,
-    XLA_COMBINE_BYTES,
-    XLA_CPU_COMBINE_BYTES,
-    Hardware,
-    dtype_name,
-)
+from workbench.core.hardware.rates import FALLBACKS, dtype_name
+from workbench.core.hardware.spec import XLA_COMBINE_BYTES, XLA_CPU_COMBINE_BYTES, Hardware
 
 __all__ = [
     "A100",

@@ -44,12 +44,8 @@ from workbench.core.hardware.measure import (
     memory_capacity,
 )
 from workbench.core.hardware.presets.citations import XLA_COMBINE, XLA_CPU_COMBINE
-from workbench.core.hardware.spec import (
-    XLA_COMBINE_BYTES,
-    XLA_CPU_COMBINE_BYTES,
-    Hardware,
-    dtype_name,
-)
+from workbench.core.hardware.rates import dtype_name
+from workbench.core.hardware.spec import XLA_COMBINE_BYTES, XLA_CPU_COMBINE_BYTES, Hardware
 
 
 def calibrate(

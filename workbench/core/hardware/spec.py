@@ -22,8 +22,6 @@ import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-import jax.numpy as jnp
-
 from workbench.core.errors import MeshError, given
 from workbench.core.hardware.levels import (
     HardwareError,
@@ -33,6 +31,7 @@ from workbench.core.hardware.levels import (
     positive_int,
 )
 from workbench.core.hardware.placement import Placement, placed, spread
+from workbench.core.hardware.rates import dtype_name, fallback_chain, looked_up
 from workbench.core.hardware.torus import torus_link, with_torus
 from workbench.core.layout.mesh import Mesh
 
@@ -72,6 +71,9 @@ class Hardware:
     fuses_per_reader: bool = False
     # where the mesh's axes lie on the levels (None: in mesh order, the last axis innermost)
     placement: Placement | None = None
+    #: per dtype, the share of the peak a large matmul reaches, measured (cited in
+    #: ``sources``); a dtype without one falls back as its peak does, else 1
+    matmul_efficiency: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self):
         _check_kinds(self)
@@ -85,6 +87,13 @@ class Hardware:
                 f"{{'bfloat16': 1e15}}; got {self.flops!r}."
             )
         object.__setattr__(self, "flops", {k: float(v) for k, v in flops.items()})
+        eff = {dtype_name(k): v for k, v in dict(self.matmul_efficiency).items()}
+        if not all(isinstance(v, int | float) and 0 < v <= 1 for v in eff.values()):
+            raise HardwareError(
+                f"hardware {self.name!r} has matmul_efficiency={self.matmul_efficiency!r}; "
+                "give each dtype's share of its peak a matmul reaches, in (0, 1]."
+            )
+        object.__setattr__(self, "matmul_efficiency", {k: float(v) for k, v in eff.items()})
         for what in ("hbm_bandwidth", "memory_bytes"):
             if not positive(getattr(self, what)):
                 unit = "bytes per second" if what == "hbm_bandwidth" else "bytes"
@@ -168,6 +177,7 @@ class Hardware:
             (
                 self.name,
                 tuple(sorted(self.flops.items())),
+                tuple(sorted(self.matmul_efficiency.items())),
                 self.links,
                 self.axis_links,
                 self.op_overhead,
@@ -221,6 +231,7 @@ class Hardware:
     def figures(self) -> dict[str, float]:
         """Every number of the spec under the key its source is filed under in ``sources``."""
         out = {f"flops.{k}": v for k, v in self.flops.items()}
+        out |= {f"matmul_efficiency.{k}": v for k, v in self.matmul_efficiency.items()}
         out["hbm_bandwidth"] = self.hbm_bandwidth
         out["memory_bytes"] = self.memory_bytes
         for i, x in enumerate(self.links):
@@ -253,13 +264,19 @@ class Hardware:
         float64 on chips that emulate it. ``None`` means float32.
         """
         name = dtype_name(dtype if dtype is not None else "float32")
-        for candidate in _fallback_chain(name):
+        for candidate in fallback_chain(name):
             if candidate in self.flops:
                 return self.flops[candidate]
         raise HardwareError(
             f"hardware {self.name!r} has no peak FLOP/s for {name!r} nor any fallback "
-            f"({', '.join(_fallback_chain(name)[1:])}); it lists {sorted(self.flops)}. "
+            f"({', '.join(fallback_chain(name)[1:])}); it lists {sorted(self.flops)}. "
             "Add the rate to `flops`."
+        )
+
+    def matmul_flops(self, dtype=None) -> float:
+        """FLOP/s a large matmul in ``dtype`` reaches: the peak times its measured share."""
+        return self.peak_flops(dtype) * looked_up(
+            self.matmul_efficiency, dtype if dtype is not None else "float32", 1.0
         )
 
     # -- links --------------------------------------------------------------------------------
@@ -432,41 +449,6 @@ def _flat_keys(link: Link, *, first: bool) -> dict[str, str]:
         k: "devices_per_node" if first and k == "group_size" else f"links.{link.name}.{k}"
         for k in link.figures()
     }
-
-
-# -- dtypes -------------------------------------------------------------------------------------
-# Where a dtype's peak rate comes from when a spec does not list it (before float32, bfloat16).
-FALLBACKS: dict[str, tuple[str, ...]] = {
-    "float32": ("bfloat16",),
-    "float16": ("bfloat16",),
-    "bfloat16": ("float16",),
-    "int8": ("bfloat16",),
-    "uint8": ("int8", "bfloat16"),
-    "int4": ("int8", "bfloat16"),
-    "uint4": ("int8", "bfloat16"),
-}
-
-
-def dtype_name(dtype) -> str:
-    """``jnp.bfloat16``, ``np.dtype("float32")`` or ``"int8"`` -> its numpy name."""
-    try:
-        return jnp.dtype(dtype).name
-    except TypeError as e:
-        raise HardwareError(
-            f"{dtype!r} is not a dtype; give a numpy/JAX dtype or its name, "
-            "e.g. 'float32', 'bfloat16', 'int8'."
-        ) from e
-
-
-def _fallback_chain(name: str) -> list[str]:
-    chain = [name]
-    specific = FALLBACKS.get(name)
-    if specific is None and name.startswith("float8"):
-        specific = ("bfloat16", "float16")
-    for c in (*(specific or ()), "float32", "bfloat16"):
-        if c not in chain:
-            chain.append(c)
-    return chain
 
 
 def _rate_curve(hw: Hardware) -> float | tuple[tuple[float, float], ...] | None:

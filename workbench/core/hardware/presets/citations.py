@@ -36,3 +36,10 @@ IB_LATENCY = (
     "assumed: 5 us per ring step, an order of magnitude; NCCL's tuning model "
     "(src/graph/tuning.cc, hwLat) puts network ring steps at ~0.9-6.6 us plus base latency"
 )
+
+MAMF = (
+    "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md, "
+    '"Maximum Achievable '
+    'Matmul FLOPS comparison table" (mamf-finder.py: the best BF16 matmul over a scan of '
+    "large shapes, no sparsity)"
+)

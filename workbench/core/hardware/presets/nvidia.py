@@ -6,6 +6,7 @@ from workbench.core.hardware.presets.citations import (
     HTSYM_GPU,
     IB_LATENCY,
     JAX_PRECISION,
+    MAMF,
     NVLINK_LATENCY,
     XLA_COMBINE,
 )
@@ -35,6 +36,7 @@ A100 = Hardware(
     },
     hbm_bandwidth=2039e9,
     memory_bytes=80e9,
+    matmul_efficiency={"bfloat16": 267.9e12 / 312e12},
     links=(
         Link(
             "nvlink",
@@ -63,6 +65,8 @@ A100 = Hardware(
         "flops.bfloat16": f'{_A100_URL}: "BFLOAT16 Tensor Core 312 TFLOPS | 624 TFLOPS*"',
         "flops.float16": f'{_A100_URL}: "FP16 Tensor Core 312 TFLOPS | 624 TFLOPS*"',
         "flops.int8": f'{_A100_URL}: "INT8 Tensor Core 624 TOPS | 1248 TOPS*"',
+        "matmul_efficiency.bfloat16": f'{MAMF}: "NVIDIA A100 SXM | 267.9 | 312 | 85.9% | '
+        '6912x16384x2048 | CUDA-12.1"; float16 and TF32 fall back to it',
         "hbm_bandwidth": f'{_A100_URL}: A100 80GB SXM "GPU Memory Bandwidth 2,039 GB/s"',
         "memory_bytes": f'{_A100_URL}: "GPU Memory 80GB HBM2e"',
         "all_reduce_combine_bytes": XLA_COMBINE,
@@ -84,6 +88,7 @@ def _hopper(name: str, url: str, memory: float, hbm: float, mem_quote: str, bw_q
         },
         hbm_bandwidth=hbm,
         memory_bytes=memory,
+        matmul_efficiency={"bfloat16": 792.1e12 / 989.5e12},
         links=(
             Link(
                 "nvlink",
@@ -111,6 +116,9 @@ def _hopper(name: str, url: str, memory: float, hbm: float, mem_quote: str, bw_q
             "flops.float8_e4m3fn": f'{url}: "FP8 Tensor Core 3,958 teraFLOPS" ({_DENSE})',
             "flops.float8_e5m2": f'{url}: "FP8 Tensor Core 3,958 teraFLOPS" ({_DENSE})',
             "flops.int8": f'{url}: "INT8 Tensor Core 3,958 TOPS" ({_DENSE})',
+            "matmul_efficiency.bfloat16": f'{MAMF}: "NVIDIA H100 SXM | 792.1 | 989 | 80.1% | '
+            '6144x17920x2816 | CUDA-12.1" (the H200 is the same chip); float16, TF32 and '
+            "float8 fall back to it",
             "hbm_bandwidth": f"{url}: {bw_quote}",
             "memory_bytes": f"{url}: {mem_quote}",
             "all_reduce_combine_bytes": XLA_COMBINE,

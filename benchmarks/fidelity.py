@@ -1,0 +1,164 @@
+"""The simulator against published training runs, split before anything is fitted.
+
+Each run is set up as its source states it (widths, depth, batch, sequence, parallelism,
+chips), built from shapes only and estimated on the chip's preset (vendor figures): no
+constant is fitted to any run. The published step time follows from each source's own
+FLOPs accounting and its published throughput, and MFU is compared in that accounting.
+
+- **Megatron-LM, Table 1** (Narayanan et al. 2021, arXiv 2104.04473): all ten rows, A100
+  80GB on Selene. Rows with p = 1: ``[BP("data"), MP("model")]`` on {data: n/t, model: t};
+  pipelined rows as ``benchmarks/pipeline.py`` plans them. The paper's FLOPs per
+  iteration (its eq. 3, recomputation counted) over the GPUs and 312 TFLOP/s.
+- **MaxText on TPU v5e** (its README's table, 15 runs: 16B, 32B and 64B on 1 to 16
+  v5e-256 slices), as ``benchmarks/published_runs.py`` sets them up.
+
+**The split** (fixed here, before any constant is fitted): within each source, in table
+order, the even rows fit and the odd rows are held out. Today nothing is fitted (0
+constants), so both halves are held out in effect; the split is for the calibration
+that comes next, whose constants will be fitted on the "fit" rows alone.
+
+    python benchmarks/fidelity.py [--source megatron maxtext]
+"""
+
+import argparse
+import statistics
+import time
+
+import _common
+import pipeline
+import published_runs
+
+import workbench as wb
+from workbench.core import hardware as hw
+from workbench.models import build, lm
+
+A100_PEAK = 312e12
+# Table 1's rows without pipelining: params (B): (heads, hidden, layers, t, p, GPUs, batch,
+# TFLOP/s per GPU); the pipelined rows are pipeline.MEGATRON
+MEGATRON_FLAT = {
+    "1.7": (24, 2304, 24, 1, 1, 32, 512, 137),
+    "3.6": (32, 3072, 30, 2, 1, 64, 512, 138),
+    "7.5": (32, 4096, 36, 4, 1, 128, 512, 142),
+    "18.4": (48, 6144, 40, 8, 1, 256, 1024, 135),
+}
+MEGATRON = {**MEGATRON_FLAT, **pipeline.MEGATRON}
+
+
+def split(i: int) -> str:
+    """The half a run belongs to, by its index in its source's table (fixed)."""
+    return "fit" if i % 2 == 0 else "held out"
+
+
+def megatron(name: str) -> dict:
+    heads, h, layers, t, p, gpus, batch, tflops = MEGATRON[name]
+    d = gpus // (t * p)
+    seq, vocab = pipeline.SEQ, pipeline.VOCAB
+    config = lm.Config(
+        batch=batch, seq_len=seq, d_model=h, n_heads=heads, d_head=h // heads, d_ff=4 * h,
+        vocab=vocab, n_layers=layers, dtype="bfloat16", master_weights=True, remat=True,
+    )  # fmt: skip
+    ex = build("lm", config, abstract=True)
+    program = wb.capture(ex.fn, *ex.args)
+    axes = {"stage": p, "data": d, "model": t}
+    mesh = wb.Mesh({k: v for k, v in axes.items() if v > 1})
+    plan = [wb.PP("stage", microbatches=batch // d, schedule="1f1b")] if p > 1 else []
+    plan += [wb.BP("data")] + ([wb.MP("model")] if t > 1 else [])
+    e = wb.Session(program, mesh, plan).estimate(hw.A100)
+    flops = pipeline.megatron_flops(batch, layers, h)
+    return dict(
+        source="Megatron-LM Table 1",
+        chip="A100",
+        run=f"{name}B t{t} p{p} d{d}",
+        published_s=flops / (gpus * tflops * 1e12),
+        step_s=e.step_s,
+        mfu=(tflops * 1e12 / A100_PEAK, flops / (gpus * e.step_s * A100_PEAK)),
+    )
+
+
+def maxtext(size: str, slices: int) -> dict:
+    published, e, flops = published_runs.compare(size, slices)
+    return dict(
+        source="MaxText v5e",
+        chip="TPU v5e",
+        run=f"{size} {slices} x v5e-256",
+        published_s=published,
+        step_s=e.step_s,
+        mfu=(
+            published_runs.PUBLISHED[slices][size][1] / 100,
+            flops / (e.step_s * published_runs.PEAK),
+        ),
+    )
+
+
+def runs(sources):
+    """Every run of ``sources``, each with its split."""
+    out = []
+    if "megatron" in sources:
+        for i, name in enumerate(sorted(MEGATRON, key=float)):
+            out.append({**megatron(name), "split": split(i)})
+            print(f"estimated Megatron {name}B", flush=True)
+    if "maxtext" in sources:
+        table = [(s, n) for n in published_runs.PUBLISHED for s in published_runs.MODELS]
+        for i, (size, slices) in enumerate(table):
+            out.append({**maxtext(size, slices), "split": split(i)})
+            print(f"estimated MaxText {size} on {slices} slices", flush=True)
+    return out
+
+
+def summary(rows) -> list[list]:
+    """Per chip family and split: runs, median and largest error, bias (median ratio)."""
+    out = []
+    for chip in dict.fromkeys(r["chip"] for r in rows):
+        for half in ("fit", "held out"):
+            ratios = [
+                r["step_s"] / r["published_s"]
+                for r in rows
+                if r["chip"] == chip and r["split"] == half
+            ]
+            if not ratios:
+                continue
+            errors = [abs(x - 1) for x in ratios]
+            out.append(
+                [
+                    chip,
+                    half,
+                    len(ratios),
+                    f"{statistics.median(errors):.0%}",
+                    f"{max(errors):.0%}",
+                    f"{statistics.median(ratios):.2f}",
+                ]
+            )
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", nargs="+", default=["megatron", "maxtext"])
+    args = parser.parse_args()
+    start = time.perf_counter()
+    rows = runs(args.source)
+    print(
+        f"\nPublished runs against the presets; {_common.machine()}; {time.perf_counter() - start:.0f} s\n"
+    )
+    table = [
+        [
+            r["source"],
+            r["chip"],
+            r["run"],
+            r["split"],
+            f"{r['published_s']:.3g}",
+            f"{r['step_s']:.3g}",
+            f"{r['step_s'] / r['published_s']:.2f}",
+            f"{r['mfu'][0]:.0%} / {r['mfu'][1]:.0%}",
+        ]
+        for r in rows
+    ]
+    headers = ["source", "chip", "run", "split", "published s", "simulated s", "ratio"]
+    print(_common.table([*headers, "MFU published / ours"], table))
+    print("\nFitted constants: 0. Per chip family and half:\n")
+    headers = ["chip", "half", "runs", "median error", "largest error", "bias (median ratio)"]
+    print(_common.table(headers, summary(rows)))
+
+
+if __name__ == "__main__":
+    main()
