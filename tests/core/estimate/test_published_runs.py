@@ -11,13 +11,18 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
 
 
-@pytest.fixture(scope="module")
-def runs():
+def _imported(name: str):
+    """A benchmark script imported as a module (``benchmarks/`` on the path meanwhile)."""
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        yield importlib.import_module("published_runs")
+        yield importlib.import_module(name)
     finally:
         sys.path.remove(str(BENCHMARKS))
+
+
+@pytest.fixture(scope="module")
+def runs():
+    yield from _imported("published_runs")
 
 
 @pytest.mark.slow
@@ -31,11 +36,7 @@ def test_step_times_are_within_15_percent_of_maxtexts_on_tpu_v5e(runs, size, sli
 
 @pytest.fixture(scope="module")
 def fidelity():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("fidelity")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    yield from _imported("fidelity")
 
 
 def test_the_split_is_fixed_before_anything_is_fitted(fidelity):
