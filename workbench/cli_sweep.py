@@ -18,29 +18,21 @@ import json
 from workbench.cli_text import UsageError, table
 
 
-def ints(text: str, what: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise UsageError(f"{what} {text!r}: give integers joined by commas, e.g. 64,128") from None
-    if any(v < 1 for v in values):
-        raise UsageError(f"{what} {text!r}: every value must be at least 1.")
-    return values
-
-
 def shapes(given: list[str] | None) -> dict[str, list[int]]:
+    from workbench.core.whatif import counts  # core is imported when a command runs
+
     out: dict[str, list[int]] = {}
     for text in given or []:
         name, eq, values = text.partition("=")
         if not (eq and name.strip().isidentifier()):
             raise UsageError(f"--shape {text!r}: write NAME=V1,V2, e.g. --shape seq_len=4096,8192")
-        out[name.strip()] = ints(values, f"--shape {name.strip()}")
+        out[name.strip()] = counts(values, f"--shape {name.strip()}")
     return out
 
 
 def cmd_sweep(args) -> int:
     from workbench.core.units import format_seconds
-    from workbench.core.whatif import sweep
+    from workbench.core.whatif import counts, sweep
     from workbench.models import ConfigError, build
     from workbench.viz.whatif import answer_rows
 
@@ -65,10 +57,10 @@ def cmd_sweep(args) -> int:
     result = sweep(
         model,
         hardware=kinds,
-        chips=ints(args.chips, "--chips"),
+        chips=counts(args.chips, "--chips"),
         shapes=grid,
-        stages=ints(args.stages, "--stages"),
-        microbatches=ints(args.microbatches, "--microbatches"),
+        stages=counts(args.stages, "--stages"),
+        microbatches=counts(args.microbatches, "--microbatches"),
     )
     if args.json:
         print(json.dumps({"seconds": result.seconds, "points": result.rows()}, indent=2))

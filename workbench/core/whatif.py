@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from workbench.core.errors import InputError, WorkbenchError, given
 from workbench.core.hardware.names import resolve
@@ -240,15 +240,21 @@ def _price(model, combo, n, kind, shape, tactics, programs, sessions) -> Point:
             sessions[skey] = Session(program, Mesh(shape), tactics)
         e = sessions[skey].estimate(kind)
     except WorkbenchError as err:
-        return _replace(point, error=str(err).splitlines()[0])
+        return replace(point, error=str(err).splitlines()[0])
     mfu = e.breakdown.mfu if e.breakdown is not None else 0.0
-    return _replace(point, step_s=e.step_s, mfu=mfu, peak=e.memory.peak, fits=e.memory.fits)
+    return replace(point, step_s=e.step_s, mfu=mfu, peak=e.memory.peak, fits=e.memory.fits)
 
 
-def _replace(p: Point, **changes) -> Point:
-    from dataclasses import replace
-
-    return replace(p, **changes)
+def counts(text: str, what: str) -> list[int]:
+    """``"8, 16,32"`` -> ``[8, 16, 32]`` (chip counts, stages, microbatches as a person
+    types them); anything else is an `InputError` saying so."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise InputError(
+            f"{what}: give positive whole numbers joined by commas, e.g. 8,16,32; "
+            f"got {given(text)}."
+        )
+    return [int(p) for p in parts]
 
 
 def _listed(x, what: str) -> list:

@@ -9,21 +9,11 @@ from __future__ import annotations
 import ipywidgets as w
 
 from workbench.core import hardware as presets
-from workbench.core.errors import InputError, given
-from workbench.core.whatif import sweep
+from workbench.core.errors import InputError
+from workbench.core.whatif import counts, sweep
 from workbench.viz.whatif import answer_rows, pareto_chart
 from workbench.widgets import render
 from workbench.widgets.controls import button, error_line, heading, panel
-
-
-def counts(text: str, what: str) -> list[int]:
-    """``"8, 16,32"`` -> ``[8, 16, 32]``; anything else is an `InputError` saying so."""
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise InputError(
-            f"{what}: give positive whole numbers joined by commas, e.g. 8,16,32; got {given(text)}."
-        )
-    return [int(p) for p in parts]
 
 
 class WhatIfPanel:

@@ -55,6 +55,13 @@ def fractions(program, mesh, state, plan) -> dict[int, tuple[float, ...]]:
     return out
 
 
+def _block_ops(ring) -> frozenset[int]:
+    """The ops a ring's pass computes block by block: forward its region's, backward its
+    backward's and the forward's it replays (less the context dot)."""
+    r, p = ring.region, ring.evaluated
+    return r.backward | (p.ops - {p.context}) if ring.backward else p.ops
+
+
 def skipped_s(plan, ops, parts) -> float:
     """Seconds the balanced rings do not spend on the blocks their masks hide (``parts``:
     `fractions`), of their passes' compute and their replayed logits alike."""
@@ -63,8 +70,7 @@ def skipped_s(plan, ops, parts) -> float:
     for at, steps in parts.items():
         ring = plan.rings[at]
         r, p = ring.region, ring.evaluated
-        ops_of = r.backward | (p.ops - {p.context}) if ring.backward else p.ops
-        seconds = sum(by_op[x].total_s for x in ops_of if x in by_op)
+        seconds = sum(by_op[x].total_s for x in _block_ops(ring) if x in by_op)
         if ring.backward and r.replay is None:  # the forward's logits, replayed
             seconds += sum(by_op[o].total_s for o in p.ops - {p.context} if o in by_op)
         total += seconds * (1 - sum(steps) / len(steps))
@@ -98,9 +104,8 @@ def behind_s(plan, ops, collectives, parts=None) -> dict[int, float]:
     out = {}
     for o, idx in at.items():
         ring = plan.rings[o]
-        r, p, c = ring.region, ring.evaluated, ring.size
-        ops_of = r.backward | (p.ops - {p.context}) if ring.backward else p.ops
-        block = sum(by_op[x].total_s for x in ops_of if x in by_op) / c
+        r, c = ring.region, ring.size
+        block = sum(by_op[x].total_s for x in _block_ops(ring) if x in by_op) / c
         # per step (one of the C - 1 that overlap), the seconds of all its transfers
         per_value = {collectives[i].collective.value: collectives[i].seconds for i in idx}
         per_step = sum(per_value.values())

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from workbench.core.estimate import rings
-from workbench.core.estimate.breakdown import Breakdown, attention_ops, breakdown
+from workbench.core.estimate.breakdown import Breakdown, breakdown
 from workbench.core.estimate.communication import CollectiveEstimate, Communication
 from workbench.core.estimate.compute import Compute, OpEstimate
 from workbench.core.estimate.experts import summary
@@ -222,13 +222,8 @@ def repriced(estimate_: Estimate, program, mesh: Mesh, state, plan, hardware: Ha
         collectives=tuple(collectives),
         note=joined(*plan.notes, _balance_note(plan, parts)),
     )
-    b = estimate_.breakdown
-    extra = (
-        b.attention_s - sum(o.total_s for o in e.ops if o.op in attention_ops(program))
-        if b
-        else 0.0
-    )
-    return dataclasses.replace(e, breakdown=breakdown(program, mesh, hardware, e, extra))
+    ring_s = rings.recompute_s(plan, e.ops) - rings.skipped_s(plan, e.ops, parts)
+    return dataclasses.replace(e, breakdown=breakdown(program, mesh, hardware, e, ring_s))
 
 
 def joined(*notes: str) -> str:

@@ -34,13 +34,12 @@ class _Pairs(_Blocks):
 
     def __init__(self, program, ring, mesh, arrays):
         super().__init__(program, ring, mesh, arrays)
-        layouts = dict(ring.reads)
         self.rows = {  # value -> its dim split on the ring's axis (the queries' rows)
             v: next((d for d, axes in enumerate(lay.dims) if ring.axis in axes), None)
-            for v, lay in ring.reads
+            for v, lay in (*ring.reads, *ring.makes)
         }
-        self.out_dim = self.rows.get(ring.region.cotangent)
-        self.layouts = layouts
+        # the output's rows: as the forward makes it, as its cotangent arrives backward
+        self.out_dim = self.rows.get(ring.region.cotangent, self.rows.get(ring.evaluated.out))
 
     def half(self, x, a: int, dim: int | None):
         """Chunk ``a`` (0 or 1) of the two ``x`` holds along ``dim``."""
@@ -125,7 +124,7 @@ def forward(program, ring, mesh, arrays):
     for m, l_, acc in states:
         outs.append(acc / b.to_out(l_))
         stats.append((jnp.where(jnp.isfinite(m), m, 0.0), l_))
-    out = jnp.concatenate(outs, axis=_out_dim(b, outs[0], q))
+    out = jnp.concatenate(outs, axis=b.out_dim)
     stuck = b.agree([m for m, _, _ in states])
     dtype = program.values[r.out].dtype
 
@@ -137,15 +136,6 @@ def forward(program, ring, mesh, arrays):
 
     o, stats = lax.cond(stuck, again, lambda _: (out, stats), None)
     return o.astype(dtype), (stats, stuck)
-
-
-def _out_dim(b, part, q) -> int:
-    """The output's dim of query rows: where a chunk's output is half the whole's."""
-    whole = b.context(
-        b.arrays[b.r.values].astype(F32),
-        jnp.zeros(jax.eval_shape(b.logits, q, b.arrays[b.r.keys], b.sides(0)).shape, F32),
-    ).shape
-    return _rows_dim(whole, part.shape)
 
 
 def backward(program, ring, mesh, arrays, out, saved):
