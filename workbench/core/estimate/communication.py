@@ -38,25 +38,29 @@ class CollectiveEstimate:
         return (self.seconds - self.behind_s) * self.collective.count
 
 
-def relaid(kind: str, dim: int | None, src: Sharding, dst: Sharding, mesh: Mesh) -> bool:
+def relaid(
+    kind: str, dim: int | None, src: Sharding, dst: Sharding, mesh: Mesh, lead: int = 0
+) -> bool:
     """Whether a ``kind`` collective over ``dim`` runs on a transposed copy: collectives
     move contiguous blocks, so a gather or scatter whose dimension has a non-trivial
     dimension before it (in the local shape) runs on a copy laid out with that dimension
     leading: its input is transposed into that layout and its output back (XLA's layout
-    assignment, checked on CPU)."""
-    if kind not in ("all-gather", "reduce-scatter") or dim is None:
+    assignment, checked on CPU). ``lead``: leading dimensions left out (one slice's)."""
+    if kind not in ("all-gather", "reduce-scatter") or dim is None or dim < lead:
         return False
     shape = (dst if kind == "all-gather" else src).local_shape(mesh)
-    return math.prod(shape[:dim]) > 1
+    return math.prod(shape[lead:dim]) > 1
 
 
-def layout_copies(c: Collective, mesh: Mesh) -> tuple[float, int]:
+def layout_copies(c: Collective, mesh: Mesh, slices: int = 1) -> tuple[float, int]:
     """``(bytes, kernels)`` of the transposed copies the runtime makes around collective
     ``c`` (bytes read plus written; see `relaid`): the gathered or scattered array plus
-    its 1/n shard, each read and written once."""
-    if relaid(c.kind, c.dim, c.src, c.dst, mesh):
+    its 1/n shard, each read and written once; run as ``slices`` collectives, one per
+    index of its leading dimension (`Communication.slices`), each its own copies."""
+    lead = 0 if slices == 1 else 1
+    if relaid(c.kind, c.dim, c.src, c.dst, mesh, lead):
         n = math.prod(mesh.axis_size(a) for a in c.axes)
-        return 2.0 * c.bytes * (1 + 1 / n), 2
+        return 2.0 * c.bytes * (1 + 1 / n), 2 * slices
     return 0.0, 0
 
 
@@ -66,17 +70,19 @@ class Communication(PlannedStep):
     def collective_estimates(self) -> list[CollectiveEstimate]:
         """Per collective of the plan, its time with the copies around it. The gradient
         all-reduces a runtime combines (``buckets``, and a loop step's ``step_end``) run
-        as one collective over the same axes, up to the runtime's threshold: its time (one
-        latency, the bytes of all) is shared among them by bytes. A program output's
-        all-reduce (a loss, needed only at the end) joins the last bucket."""
+        as one collective over the same axes, up to the runtime's threshold (``combined``):
+        its time (one latency, the bytes of all) is shared among them by bytes. A program
+        output's all-reduce (a loss, needed only at the end) joins the last bucket. A
+        collective on a stack of a loop's per-step slices runs as one per slice (``slices``).
+        """
         hw, mesh = self.hw, self.mesh
-        combined: dict[tuple, list[int]] = {}  # (bucket, axes, reduction) -> collective indices
+        groups: dict[tuple, list[int]] = {}  # (bucket, axes, reduction) -> collective indices
         buckets = self.buckets
         bucket_of = {o_id: b for b, members in enumerate(buckets) for _, o_id in members}
         if buckets:
             bucket_of[None] = len(buckets) - 1
         collectives = self.plan.collectives
-        seconds = []
+        seconds, slices = [], []
         chosen: dict[int, Synthesis] = {}  # collective index -> its synthesised program
         for i, c in enumerate(collectives):
             b = None
@@ -85,26 +91,21 @@ class Communication(PlannedStep):
                     b = bucket_of.get(c.op)
                 elif (c.op, c.value) in self.step_end:
                     b = ("step", c.op)
+            k = self.slices(c) if b is None else 1
+            slices.append(k)
             if b is None:
-                t, s = priced(c.kind, c.bytes, c.axes, mesh, hw)
+                t, s = priced(c.kind, c.bytes / k, c.axes, mesh, hw)
                 if s is not None:
                     chosen[i] = s
-                seconds.append(t)
+                seconds.append(t * k)
             else:  # priced with its bucket below
-                combined.setdefault((b, c.axes, c.reduction), []).append(i)
+                groups.setdefault((b, c.axes, c.reduction), []).append(i)
                 seconds.append(0.0)
-        limit = hw.all_reduce_combine_bytes
-        for (_, axes, _), members in combined.items():
-            chunks, size = [[]], 0.0  # a runtime combines up to its threshold
-            for i in members:
-                if chunks[-1] and (
-                    size + collectives[i].bytes > limit or len(chunks[-1]) >= COMBINE_COUNT
-                ):
-                    chunks.append([])
-                    size = 0.0
-                chunks[-1].append(i)
-                size += collectives[i].bytes
-            for chunk in chunks:
+        for (b, axes, _), members in groups.items():
+            if isinstance(b, tuple):  # a loop step's: in the order its body makes them
+                members = sorted(members, key=lambda i: self._made_at(collectives[i].value))
+            for chunk in combined([collectives[i].bytes for i in members], hw):
+                chunk = [members[j] for j in chunk]
                 total = sum(collectives[i].bytes for i in chunk)
                 t, s = priced("all-reduce", total, axes, mesh, hw)
                 for i in chunk:
@@ -112,11 +113,33 @@ class Communication(PlannedStep):
                     if s is not None:
                         chosen[i] = s
         out = []
-        for i, (c, t) in enumerate(zip(collectives, seconds)):
-            nbytes, kernels = layout_copies(c, mesh)
-            copy = nbytes / hw.copy_bandwidth(c.bytes) + kernels * hw.op_overhead
+        for i, (c, t, k) in enumerate(zip(collectives, seconds, slices)):
+            nbytes, kernels = layout_copies(c, mesh, k)
+            copy = nbytes / hw.copy_bandwidth(c.bytes / k) + kernels * hw.op_overhead
             out.append(CollectiveEstimate(c, t + copy, copy, self.hidden(c), chosen.get(i)))
         return out
+
+    def _made_at(self, v: int | None) -> int:
+        """Where value ``v`` is made in program order (ops are numbered in it)."""
+        producer = self.program.values[v].producer if v is not None else None
+        return -1 if producer is None else producer
+
+    def slices(self, c: Collective) -> int:
+        """How many collectives ``c`` runs as: one per step of a loop for a stack of the
+        loop's per-step slices that it moves outside the loop along another dimension (a
+        parameter stacked over a ``scan``'s layers, or its update fed back in its place,
+        gathered by ZeRO-2 after the update), as the unrolled step moves each layer's; else
+        one. ``stacked``: which values are such stacks."""
+        if c.count != 1 or c.dim == 0 or c.value is None:
+            return 1
+        return self.stacked.get(c.value, 1)
+
+    @cached_property
+    def stacked(self) -> dict[int, int]:
+        """Value -> the steps of the loop that reads it one slice per step: the parameters
+        a loop's body reads a slice of (``anatomy.loop_slices``) and the outputs a training
+        loop feeds back in their place (``anatomy.feedback``)."""
+        return self.program.cache.get("estimate.stacked", lambda: _stacked(self.program))
 
     def hidden(self, c: Collective) -> bool:
         """Whether the "prefetch" policy hides ``c`` behind compute: a gather of a value made
@@ -179,3 +202,32 @@ class Communication(PlannedStep):
                 for v in results:
                     bucket_of[v] = after
         return [b for b in buckets if len(b) > 1]
+
+
+def combined(sizes: list[float], hw) -> list[list[int]]:
+    """The all-reduces a runtime combines, of these ``sizes`` in order: consecutive ones up
+    to ``hardware.all_reduce_combine_bytes`` and ``COMBINE_COUNT`` operands (indices)."""
+    chunks: list[list[int]] = [[]]
+    size = 0.0
+    for i, nbytes in enumerate(sizes):
+        full = size + nbytes > hw.all_reduce_combine_bytes or len(chunks[-1]) >= COMBINE_COUNT
+        if chunks[-1] and full:
+            chunks.append([])
+            size = 0.0
+        chunks[-1].append(i)
+        size += nbytes
+    return chunks
+
+
+def _stacked(program) -> dict[int, int]:
+    anatomy = program.anatomy()
+    values, slices = program.values, anatomy.loop_slices
+    out = {
+        p: values[p].shape[0]
+        for p in anatomy.parameters
+        if any(dropped == 1 for _, dropped in slices.get(p, ()))
+    }
+    for o, i in anatomy.feedback.items():
+        if i in out and values[o].shape == values[i].shape:
+            out[o] = out[i]
+    return out
