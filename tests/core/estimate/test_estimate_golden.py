@@ -5,7 +5,7 @@ communication by kind, FLOPs, kernels, memory peak and its parts, collective byt
 Regenerate the table only for a deliberate change of the model, and list the rows that
 changed, before and after, in docs/benchmarks.md:
 
-    python -m tests.core.estimate.test_estimate_golden > tests/core/golden/estimates.json
+    python -m tests.core.estimate.test_estimate_golden > tests/core/estimate/golden/estimates.json
 """
 
 from __future__ import annotations

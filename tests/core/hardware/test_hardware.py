@@ -213,10 +213,12 @@ def test_collective_time_over_one_axis():
         0.01 + 1e-6
     )
     assert collective_time("all-reduce", 1 * GB, (), mesh, h) == 0.0
-    # HTSYM: an 8xH100 node all-gathers B bytes in about B / 450e9
+    # an 8xH100 node all-gathers B bytes at the bus bandwidth NCCL measures (361.4 GB/s;
+    # HTSYM's B / 450e9 is the link's spec); an all-to-all keeps the spec
     assert collective_time("all-gather", 1 * GB, ("model",), mesh, H100) == pytest.approx(
-        7 / 8 / 450 + 7e-6
+        7 / 8 / 361.4 + 7e-6
     )
+    assert H100.links[0].figures_for("all-to-all") == (450e9, 1e-6)
     with pytest.raises(HardwareError, match="unknown collective kind"):
         collective_time("broadcast", 1, ("model",), mesh, h)
     with pytest.raises(HardwareError, match="once"):

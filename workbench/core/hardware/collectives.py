@@ -65,7 +65,7 @@ def ring_all_reduce_steps(n: int, nbytes: float = 1.0) -> list[dict]:
 
 
 def _for_kind(link: Link, kind: str) -> Link:
-    if not link.kinds:
+    if not link.kinds and not link.efficiency:
         return link
     bandwidth, latency = link.figures_for(kind)
     return Link(link.name, bandwidth, latency, link.topology)

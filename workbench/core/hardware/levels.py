@@ -33,7 +33,8 @@ class Link:
     groups of the level below one group of this level joins; None leaves the outermost
     level open (it joins everything), and the first level's may come from
     ``Hardware.devices_per_node``. ``sources``: figure (a key of `figures`) -> where it
-    comes from; not part of equality or the repr. A torus level may know its ``dims``
+    comes from; not part of equality or the repr. ``efficiency``: per kind, the share of
+    ``bandwidth`` it reaches (measured), so a link priced slower prices its kinds slower too. A torus level may know its ``dims``
     (one group's torus, fastest dimension first; their product is ``group_size``) and
     ``wraps_at`` (a dimension has its wraparound link when its size is a multiple of
     this); see ``torus.py``."""
@@ -47,13 +48,17 @@ class Link:
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     dims: tuple[int, ...] = ()
     wraps_at: int | None = None
+    #: ``(kind, share)`` pairs: the share of ``bandwidth`` a collective kind reaches, measured
+    #: (NCCL's bus bandwidth; above 1 where a switch reduces in the network); scales with it
+    efficiency: tuple[tuple[str, float], ...] = ()
 
     def figures_for(self, kind: str) -> tuple[float, float]:
         """``(bandwidth, latency)`` collectives of ``kind`` get on this link."""
         for k, bandwidth, latency in self.kinds:
             if k == kind:
                 return bandwidth, latency
-        return self.bandwidth, self.latency
+        share = next((x for k, x in self.efficiency if k == kind), 1.0)
+        return self.bandwidth * share, self.latency
 
     def figures(self) -> dict[str, float]:
         """This level's numbers under the keys its ``sources`` are filed under."""
@@ -61,6 +66,8 @@ class Link:
         for kind, bandwidth, latency in self.kinds:
             out[f"{kind}.bandwidth"] = bandwidth
             out[f"{kind}.latency"] = latency
+        for kind, share in self.efficiency:
+            out[f"{kind}.efficiency"] = share
         if self.group_size is not None:
             out["group_size"] = self.group_size
         if self.wraps_at is not None:
@@ -82,6 +89,15 @@ class Link:
                     f"link {self.name!r} has per-kind figures {entry!r}; give "
                     f"(kind, bandwidth bytes/s > 0, latency s >= 0) with kind one of {KINDS}."
                 )
+        object.__setattr__(self, "efficiency", tuple(tuple(e) for e in self.efficiency))
+        for entry in self.efficiency:
+            if not (len(entry) == 2 and entry[0] in KINDS and positive(entry[1]) and entry[1] <= 2):
+                raise HardwareError(
+                    f"link {self.name!r} has efficiency {entry!r}; give (kind, share of its "
+                    f"bandwidth in (0, 2]) with kind one of {KINDS}."
+                )
+        if len({k for k, _ in self.efficiency}) != len(self.efficiency):
+            raise HardwareError(f"link {self.name!r} lists a kind's efficiency twice.")
         if len({k for k, _, _ in self.kinds}) != len(self.kinds):
             raise HardwareError(f"link {self.name!r} lists a collective kind twice: {self.kinds}.")
         if not (self.name and isinstance(self.name, str)):

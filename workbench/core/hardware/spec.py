@@ -74,6 +74,12 @@ class Hardware:
     #: per dtype, the share of the peak a large matmul reaches, measured (cited in
     #: ``sources``); a dtype without one falls back as its peak does, else 1
     matmul_efficiency: Mapping[str, float] = field(default_factory=dict)
+    #: per dtype, the share of the peak a fused attention kernel reaches, published (cited);
+    #: a dtype without one takes the matmul's (``attention_flops``)
+    attention_efficiency: Mapping[str, float] = field(default_factory=dict)
+    #: whether attention runs as fused (flash-style) kernels: the program calls them, or the
+    #: compiler rewrites the pattern (``estimate/fused.py``); False: as the program writes it
+    fused_attention: bool = False
 
     def __post_init__(self):
         _check_kinds(self)
@@ -87,13 +93,18 @@ class Hardware:
                 f"{{'bfloat16': 1e15}}; got {self.flops!r}."
             )
         object.__setattr__(self, "flops", {k: float(v) for k, v in flops.items()})
-        eff = {dtype_name(k): v for k, v in dict(self.matmul_efficiency).items()}
-        if not all(isinstance(v, int | float) and 0 < v <= 1 for v in eff.values()):
-            raise HardwareError(
-                f"hardware {self.name!r} has matmul_efficiency={self.matmul_efficiency!r}; "
-                "give each dtype's share of its peak a matmul reaches, in (0, 1]."
-            )
-        object.__setattr__(self, "matmul_efficiency", {k: float(v) for k, v in eff.items()})
+        for what, kernel in (
+            ("matmul_efficiency", "a matmul"),
+            ("attention_efficiency", "a fused attention"),
+        ):
+            shares = getattr(self, what)
+            eff = {dtype_name(k): v for k, v in dict(shares).items()}
+            if not all(isinstance(v, int | float) and 0 < v <= 1 for v in eff.values()):
+                raise HardwareError(
+                    f"hardware {self.name!r} has {what}={shares!r}; give each dtype's share of "
+                    f"its peak {kernel} reaches, in (0, 1]."
+                )
+            object.__setattr__(self, what, {k: float(v) for k, v in eff.items()})
         for what in ("hbm_bandwidth", "memory_bytes"):
             if not positive(getattr(self, what)):
                 unit = "bytes per second" if what == "hbm_bandwidth" else "bytes"
@@ -178,6 +189,8 @@ class Hardware:
                 self.name,
                 tuple(sorted(self.flops.items())),
                 tuple(sorted(self.matmul_efficiency.items())),
+                tuple(sorted(self.attention_efficiency.items())),
+                self.fused_attention,
                 self.links,
                 self.axis_links,
                 self.op_overhead,
@@ -232,6 +245,7 @@ class Hardware:
         """Every number of the spec under the key its source is filed under in ``sources``."""
         out = {f"flops.{k}": v for k, v in self.flops.items()}
         out |= {f"matmul_efficiency.{k}": v for k, v in self.matmul_efficiency.items()}
+        out |= {f"attention_efficiency.{k}": v for k, v in self.attention_efficiency.items()}
         out["hbm_bandwidth"] = self.hbm_bandwidth
         out["memory_bytes"] = self.memory_bytes
         for i, x in enumerate(self.links):
@@ -278,6 +292,12 @@ class Hardware:
         return self.peak_flops(dtype) * looked_up(
             self.matmul_efficiency, dtype if dtype is not None else "float32", 1.0
         )
+
+    def attention_flops(self, dtype=None) -> float:
+        """FLOP/s a fused attention kernel in ``dtype`` reaches: the peak times its published
+        share, else a matmul's (`matmul_flops`)."""
+        share = looked_up(self.attention_efficiency, dtype if dtype is not None else "float32")
+        return self.peak_flops(dtype) * share if share is not None else self.matmul_flops(dtype)
 
     # -- links --------------------------------------------------------------------------------
     def with_axis_links(self, mapping: Mapping[str, str]) -> Hardware:

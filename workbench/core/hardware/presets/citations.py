@@ -43,3 +43,36 @@ MAMF = (
     'Matmul FLOPS comparison table" (mamf-finder.py: the best BF16 matmul over a scan of '
     "large shapes, no sparsity)"
 )
+
+# Bus bandwidth NCCL's collectives reach, measured (nccl-tests' busbw: the per-link rate of
+# the ring formula the presets price with).
+NCCL_NETWORK = "https://github.com/stas00/ml-engineering/blob/master/network/README.md"
+NCCL_A100_NVLINK = (
+    f"{NCCL_NETWORK}: nccl-tests all_reduce_perf on 8 A100s, 16 GiB: "
+    '"17_179_869_184  127997  134.22  234.89" ("| A100, NVLink 3 | 234.89GBps | 300 | 78% |"); '
+    "a ring all-reduce is a reduce-scatter then an all-gather, each at that bus bandwidth"
+)
+NCCL_NVLINK4 = (
+    f"{NCCL_NETWORK}: 8 H200s over NVLink 4 (the H100's NVLink and NVSwitch), 16 GiB: "
+    '"all-reduce" 480.0GBps (NVLS, NCCL\'s default on NVSwitch), all-gather 361.4GBps, '
+    'reduce-scatter 362.9GBps; "an H100 intra-node NVLink 4.0 all-reduce benchmark reported '
+    '480GBps for a 4GiB payload"'
+)
+NCCL_HDR = (
+    "https://github.com/NVIDIA/nccl-tests/issues/160 (an NCCL maintainer): on rings across "
+    'nodes "20GB/s per NIC which is not 24 (what we see ourselves in general on perfect '
+    'setups)" for 200 Gb/s HDR'
+)
+NCCL_NDR = (
+    "https://github.com/NVIDIA/nccl-tests/issues/290 (an NCCL maintainer): "
+    '"For NDR @ 400Gbps you should see 46-48GB/s per NIC" (47e9, the middle)'
+)
+
+FLASH2 = (
+    'https://arxiv.org/abs/2307.08691 (FlashAttention-2, Dao 2023): "reaching 50-73% of the '
+    'theoretical maximum FLOPs/s on A100" (the best, 73%)'
+)
+FLASH3 = (
+    'https://arxiv.org/abs/2407.08608 (FlashAttention-3, Shah et al. 2024): "speedup on H100 '
+    'GPUs by 1.5-2.0x with FP16 reaching up to 740 TFLOPs/s (75% utilization)" (740 of 989.5)'
+)

@@ -3,10 +3,16 @@ the InfiniBand network between nodes, every figure quoted from its source."""
 
 from workbench.core.hardware.levels import Link
 from workbench.core.hardware.presets.citations import (
+    FLASH2,
+    FLASH3,
     HTSYM_GPU,
     IB_LATENCY,
     JAX_PRECISION,
     MAMF,
+    NCCL_A100_NVLINK,
+    NCCL_HDR,
+    NCCL_NDR,
+    NCCL_NVLINK4,
     NVLINK_LATENCY,
     XLA_COMBINE,
 )
@@ -25,6 +31,21 @@ _CX7 = (
     '(one per GPU)" = 50e9 bytes/s per GPU'
 )
 
+_RINGS = ("all-reduce", "all-gather", "reduce-scatter")
+
+
+def _measured(bandwidth: float, all_reduce: float, all_gather: float, reduce_scatter: float):
+    """Per-kind shares of a link's ``bandwidth``: the bus bandwidth NCCL's ring collectives
+    reach, measured (all-to-all and collective-permute keep the link's figure)."""
+    return tuple(
+        (k, x / bandwidth) for k, x in zip(_RINGS, (all_reduce, all_gather, reduce_scatter))
+    )
+
+
+def _measured_sources(quote: str) -> dict[str, str]:
+    return {f"{kind}.efficiency": quote for kind in _RINGS}
+
+
 A100 = Hardware(
     name="A100 80GB SXM",
     flops={
@@ -37,15 +58,18 @@ A100 = Hardware(
     hbm_bandwidth=2039e9,
     memory_bytes=80e9,
     matmul_efficiency={"bfloat16": 267.9e12 / 312e12},
+    attention_efficiency={"bfloat16": 0.73},
     links=(
         Link(
             "nvlink",
             300e9,
             1e-6,
+            efficiency=_measured(300e9, 234.89e9, 234.89e9, 234.89e9),
             group_size=8,
             sources={
                 "bandwidth": f'{_A100_URL}: "NVIDIA NVLink: 600 GB/s" (both directions); {HTSYM_GPU}: Ampere "Node GPU to GPU bandwidth (GB/s full-duplex) 300"',
                 "latency": NVLINK_LATENCY,
+                **_measured_sources(NCCL_A100_NVLINK),
                 "group_size": f'{HTSYM_GPU}: Ampere "Node size (NVLink domain) 8"',
             },
         ),
@@ -53,9 +77,11 @@ A100 = Hardware(
             "infiniband",
             25e9,
             5e-6,
+            efficiency=_measured(25e9, 24e9, 24e9, 24e9),
             sources={
                 "bandwidth": 'https://docs.nvidia.com/dgx/dgxa100-user-guide/introduction-to-dgxa100.html: DGX A100 "8x Single-Port NVIDIA ConnectX-6 VPI 200Gb/s HDR InfiniBand", one per GPU = 25e9 bytes/s',
                 "latency": IB_LATENCY,
+                **_measured_sources(NCCL_HDR),
             },
         ),
     ),
@@ -67,6 +93,7 @@ A100 = Hardware(
         "flops.int8": f'{_A100_URL}: "INT8 Tensor Core 624 TOPS | 1248 TOPS*"',
         "matmul_efficiency.bfloat16": f'{MAMF}: "NVIDIA A100 SXM | 267.9 | 312 | 85.9% | '
         '6912x16384x2048 | CUDA-12.1"; float16 and TF32 fall back to it',
+        "attention_efficiency.bfloat16": f"{FLASH2}; float16 falls back to it",
         "hbm_bandwidth": f'{_A100_URL}: A100 80GB SXM "GPU Memory Bandwidth 2,039 GB/s"',
         "memory_bytes": f'{_A100_URL}: "GPU Memory 80GB HBM2e"',
         "all_reduce_combine_bytes": XLA_COMBINE,
@@ -89,15 +116,18 @@ def _hopper(name: str, url: str, memory: float, hbm: float, mem_quote: str, bw_q
         hbm_bandwidth=hbm,
         memory_bytes=memory,
         matmul_efficiency={"bfloat16": 792.1e12 / 989.5e12},
+        attention_efficiency={"bfloat16": 740e12 / 989.5e12},
         links=(
             Link(
                 "nvlink",
                 450e9,
                 1e-6,
+                efficiency=_measured(450e9, 480.0e9, 361.4e9, 362.9e9),
                 group_size=8,
                 sources={
                     "bandwidth": f'{url}: "NVIDIA NVLink: 900GB/s" (both directions); {HTSYM_GPU}: "H100s have about 450GB/s of egress bandwidth each in the NVLink domain"',
                     "latency": NVLINK_LATENCY,
+                    **_measured_sources(NCCL_NVLINK4),
                     "group_size": f'{HTSYM_GPU}: Hopper "Node size (NVLink domain) 8"',
                 },
             ),
@@ -105,7 +135,12 @@ def _hopper(name: str, url: str, memory: float, hbm: float, mem_quote: str, bw_q
                 "infiniband",
                 50e9,
                 5e-6,
-                sources={"bandwidth": _CX7, "latency": IB_LATENCY},
+                efficiency=_measured(50e9, 47e9, 47e9, 47e9),
+                sources={
+                    "bandwidth": _CX7,
+                    "latency": IB_LATENCY,
+                    **_measured_sources(NCCL_NDR),
+                },
             ),
         ),
         sources={
@@ -119,6 +154,7 @@ def _hopper(name: str, url: str, memory: float, hbm: float, mem_quote: str, bw_q
             "matmul_efficiency.bfloat16": f'{MAMF}: "NVIDIA H100 SXM | 792.1 | 989 | 80.1% | '
             '6144x17920x2816 | CUDA-12.1" (the H200 is the same chip); float16, TF32 and '
             "float8 fall back to it",
+            "attention_efficiency.bfloat16": f"{FLASH3}; float16 falls back to it",
             "hbm_bandwidth": f"{url}: {bw_quote}",
             "memory_bytes": f"{url}: {mem_quote}",
             "all_reduce_combine_bytes": XLA_COMBINE,
