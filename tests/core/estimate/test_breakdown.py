@@ -87,13 +87,17 @@ def test_remat_raises_hfu_not_the_model_flops():
     assert remat.flops > 1.1 * plain.flops and remat.hfu / remat.mfu > plain.hfu / plain.mfu
 
 
-def test_a_pipelined_step_shows_its_bubble():
+def test_a_pipelined_step_shows_its_bubble_and_its_busiest_stages_kinds():
     p = lm_program(batch=8)
     s = wb.Session(p, wb.Mesh({"stage": 2}), [wb.PP("stage", microbatches=2)])
     e = s.estimate(hw.H100)
     b = e.breakdown
     assert b.bubble_s > 0 and "pipeline bubble" in dict(b.rows())
     assert b.compute_s + b.exposed_s + b.bubble_s == pytest.approx(e.step_s, rel=1e-6)
+    # the busiest stage's passes by kind: M microbatches of its matmuls and attention
+    whole = wb.Session(p, wb.Mesh({"stage": 2})).estimate(hw.H100).breakdown
+    assert 0 < b.matmul_s < whole.matmul_s and 0 < b.attention_s < whole.attention_s
+    assert b.matmul_s + b.attention_s > 0.3 * whole.matmul_s + 0.3 * whole.attention_s
 
 
 def test_a_rings_replayed_blocks_count_as_attention():

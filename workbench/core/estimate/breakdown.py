@@ -5,7 +5,8 @@ outside attention), attention (its ops from the scores dot to the context dot, e
 forward, a recomputation, backward, a ring's replayed blocks) and the rest (elementwise
 ops, reductions, copies, local steps, first touches of fresh memory); communication by
 kind, and into what the step waits for (exposed) and what runs behind compute or behind
-a ring's blocks (overlapped); a pipelined step's bubble on its busiest stage.
+a ring's blocks (overlapped); a pipelined step's busiest stage: its passes by kind
+(``PipelineEstimate.kinds``) and its bubble.
 
 MFU is PaLM's (Chowdhery et al. 2022, appendix B): the model's FLOPs, three times the
 forward pass's at global shapes (a backward pass costs two forwards; a recomputation is
@@ -130,10 +131,11 @@ def breakdown(program, mesh, hardware, estimate, extra_attention_s: float = 0.0)
     total, dtype = model_flops(program)
     peak = hardware.peak_flops(dtype)
     pe = estimate.pipeline
-    if pe is not None:  # its ops are not kept: compute whole, the busiest stage's bubble
+    if pe is not None:  # the busiest stage's passes by kind, and its bubble
         busy = estimate.compute_s + estimate.communication_s
-        matmul = attention = 0.0
-        other = estimate.compute_s
+        stage = max(range(pe.schedule.stages), key=pe.busy)
+        matmul, attention = pe.kinds[stage] if pe.kinds else (0.0, 0.0)
+        other = max(0.0, estimate.compute_s - matmul - attention)
         bubble = max(0.0, estimate.step_s - busy)
         exposed = estimate.communication_s
         behind = 0.0

@@ -96,11 +96,12 @@ class Liveness(PlannedStep):
     """The memory of one plan: buffers' lifetimes over the schedule, their peak, the model
     state held. ``communication`` gives the combined all-reduces (its ``buckets``)."""
 
-    def __init__(self, program, mesh, state, plan, hardware, communication=None):
+    def __init__(self, program, mesh, state, plan, hardware, communication=None, inside=()):
         super().__init__(program, mesh, state, plan, hardware)
         if communication is None:
             communication = Communication(program, mesh, state, plan, hardware)
         self.communication = communication
+        self.inside = frozenset(inside)  # values kept in fused attention kernels (``fused``)
 
     def memory(self) -> Memory:
         """Sweep program order: each layout a value is held in lives from the op that makes it
@@ -144,7 +145,7 @@ class Liveness(PlannedStep):
         static, plan = self.static, self.plan
         # a compiler writes a matmul's result in the order its transpose wants (one buffer);
         # a value the plan redistributes is read from memory: it cannot stay fused
-        fused = static.unbuffered
+        fused = static.unbuffered | self.inside
         if plan.redistributed:
             fused = fused - plan.redistributed
         plan_ops, touch = plan.ops, life.touch
@@ -206,8 +207,9 @@ class Liveness(PlannedStep):
         v, src, dst = fetch.value, _src_key(fetch), _dst_key(fetch)
         if not fetch.steps:
             # a fused value is held where its reader is not elementwise (a
-            # compiler saves what several kernels read); a folded one never is
-            if v not in self.static.folded or v not in fused:
+            # compiler saves what several kernels read); a folded one never is, nor one a
+            # fused attention kernel keeps on chip
+            if v not in self.inside and (v not in self.static.folded or v not in fused):
                 touch(src, at)
                 if fetch.dst is not fetch.src:
                     touch(dst, at, made=True)

@@ -32,8 +32,10 @@ from dataclasses import dataclass
 
 from workbench.core.anatomy.stages import StageCuts, stage_cuts
 from workbench.core.errors import InputError
+from workbench.core.estimate.breakdown import attention_ops
 from workbench.core.estimate.communication import Communication
 from workbench.core.estimate.compute import Compute
+from workbench.core.estimate.fused import NONE, fused
 from workbench.core.estimate.overlap import check_overlap
 from workbench.core.estimate.timeline import Timeline, simulate
 from workbench.core.hardware.collectives import permute_time
@@ -41,6 +43,7 @@ from workbench.core.hardware.names import resolve
 from workbench.core.hardware.placement import row_major
 from workbench.core.layout.mesh import Mesh
 from workbench.core.layout.state import State
+from workbench.core.ops import traits
 from workbench.core.plan.plan import build_plan
 from workbench.core.plan.schedule import Schedule
 from workbench.core.plan.schedule import schedule as build_schedule
@@ -82,6 +85,8 @@ class PipelineEstimate:
     link_sends: tuple[float, ...] = ()
     #: per stage, per step: the other axes' collectives by kind (seconds, part of its passes)
     collectives: tuple[dict[str, float], ...] = ()
+    #: per stage, per step: (matmul, attention) seconds of its passes (`Breakdown`'s kinds)
+    kinds: tuple[tuple[float, float], ...] = ()
 
     def sends_s(self, stage: int) -> float:
         """Seconds of sends stage ``stage`` takes part in per step: per microbatch, one
@@ -208,6 +213,10 @@ def _timeline(priced, sched, hw, hide: float, devices: list[int]) -> PipelineEst
     }
     opt = [sum(o for *_, o in row) + priced.once_per_stage() for row in times]
     work = [[priced.stage_work(st) for st in row] for row in chunks]
+    kinds = tuple(
+        tuple(sum(x) * sched.microbatches for x in zip(*map(priced.stage_kinds, row), strict=True))
+        for row in chunks
+    )
     collectives = tuple(priced.stage_collectives(row) for row in chunks)
     links, p2p, link_sends = priced.sends(devices, S, v)
     durations = {k: [x[0] for x in rows] if v == 1 else rows for k, rows in per.items()}
@@ -228,6 +237,7 @@ def _timeline(priced, sched, hw, hide: float, devices: list[int]) -> PipelineEst
         tuple(links), tuple(opt), tuple(state), tuple(sum(a) for a in acts), peak,
         tuple(sum(f for f, _ in row) for row in work),
         tuple(sum(k for _, k in row) for row in work), detail, tuple(link_sends), collectives,
+        kinds,
     )  # fmt: skip
 
 
@@ -248,9 +258,15 @@ class _Priced:
         self.once_kinds: dict[str, float] = {}
         self.kinds: dict[int, dict[str, tuple[float, float]]] = {}  # op -> kind -> as time
         self.work: dict[int, tuple[float, int]] = {}  # op -> (FLOPs, kernels) per step
-        for e in compute.op_estimates():
+        self.attention = attention_ops(program)
+        self.compute: dict[int, float] = {}  # op -> its own kernels' s, one microbatch
+        estimates = compute.op_estimates()
+        kernels = fused(program, mesh, state, plan, hw, estimates) if hw.fused_attention else NONE
+        self.inside = kernels.inside  # values fused attention kernels keep on chip
+        for e in kernels.replace(estimates):
             over = hw.op_overhead if e.kernel else 0.0
             self._add(e.op, e.seconds - over, over, e.count)
+            self.compute[e.op] = self.time[e.op][0]
             self.work[e.op] = (
                 (e.cost.flops + e.cost.transcendentals) * e.count,
                 e.kernel * e.count,
@@ -355,6 +371,20 @@ class _Priced:
                 b += per_mb * part
         return f, b, w, o
 
+    def stage_kinds(self, st) -> tuple[float, float]:
+        """One microbatch's matmul and attention seconds on (virtual) stage ``st``, forward
+        and backward (as `breakdown.breakdown` sorts an unpipelined step's ops)."""
+        matmul = attention = 0.0
+        for op_id, phase, part in self._placed(st):
+            seconds = self.compute.get(op_id, 0.0) * part
+            if phase == "optimizer" or not seconds:
+                continue
+            if op_id in self.attention:
+                attention += seconds
+            elif (t := traits(self.program.ops[op_id].primitive)).contraction or t.convolution:
+                matmul += seconds
+        return matmul, attention
+
     def once_per_stage(self) -> float:
         """What every stage runs once a step beside its chunks' optimizers: the ops reading
         several stages' values (`StageCuts.unplaced`), the collectives for the outputs."""
@@ -439,7 +469,7 @@ class _Priced:
                 for o in ops
                 if o == self.top[o] and (o in st.backward or p.ops[o].phase == "backward")
                 for v in p.ops[o].operands
-                if isinstance(v, int) and cat[v] == "activations"
+                if isinstance(v, int) and cat[v] == "activations" and v not in self.inside
                 and (p.values[v].producer is None or self.top[p.values[v].producer] not in backward)
             }  # fmt: skip
             total += part * sum(self.nbytes_per_mb(v) for v in read)

@@ -12,6 +12,8 @@ from workbench.core.estimate.breakdown import Breakdown, breakdown
 from workbench.core.estimate.communication import CollectiveEstimate, Communication
 from workbench.core.estimate.compute import Compute, OpEstimate
 from workbench.core.estimate.experts import summary
+from workbench.core.estimate.fused import NONE, fused
+from workbench.core.estimate.fused import note as fused_note
 from workbench.core.estimate.liveness import Liveness
 from workbench.core.estimate.memory import Memory
 from workbench.core.estimate.overlap import check_overlap, overlapped
@@ -156,8 +158,10 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
         return _pipelined(program, mesh, state, plan, hardware, pipeline, overlap)
     compute = Compute(program, mesh, state, plan, hardware)
     communication = Communication(program, mesh, state, plan, hardware)
-    liveness = Liveness(program, mesh, state, plan, hardware, communication)
     ops = compute.op_estimates()
+    kernels = fused(program, mesh, state, plan, hardware, ops) if hardware.fused_attention else NONE
+    ops = kernels.replace(ops)
+    liveness = Liveness(program, mesh, state, plan, hardware, communication, kernels.inside)
     parts = rings.fractions(program, mesh, state, plan)
     collectives = rings.hide(plan, ops, communication.collective_estimates(), parts)
     local_s, local_kernels = compute.local_steps()
@@ -181,9 +185,13 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
         ops=tuple(ops),
         collectives=tuple(collectives),
         fresh_memory_s=fresh_s,
-        note=joined(*plan.notes, _balance_note(plan, parts)),
+        note=joined(*plan.notes, _balance_note(plan, parts), _fused_note(program, plan, hardware)),
     )
     return dataclasses.replace(e, breakdown=breakdown(program, mesh, hardware, e, ring_s))
+
+
+def _fused_note(program, plan, hardware) -> str:
+    return fused_note(program, plan) if hardware.fused_attention else ""
 
 
 def _balance_note(plan, parts) -> str:
@@ -220,7 +228,7 @@ def repriced(estimate_: Estimate, program, mesh: Mesh, state, plan, hardware: Ha
         step_s=overlapped(estimate_.compute_s, communication_s, estimate_.overlap, hidden),
         by_kind=by_kind,
         collectives=tuple(collectives),
-        note=joined(*plan.notes, _balance_note(plan, parts)),
+        note=joined(*plan.notes, _balance_note(plan, parts), _fused_note(program, plan, hardware)),
     )
     ring_s = rings.recompute_s(plan, e.ops) - rings.skipped_s(plan, e.ops, parts)
     return dataclasses.replace(e, breakdown=breakdown(program, mesh, hardware, e, ring_s))
@@ -286,5 +294,6 @@ def _pipelined(program, mesh, state, plan, hardware, pipeline, overlap) -> Estim
         collectives=(),
         kernels=pe.kernels[busiest],
         pipeline=pe,
+        note=_fused_note(program, plan, hardware),
     )
     return dataclasses.replace(e, breakdown=breakdown(program, mesh, hardware, e))

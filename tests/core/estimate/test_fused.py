@@ -1,0 +1,126 @@
+"""Attention priced as fused kernels (``Hardware.fused_attention``): each attention the
+program writes out costs one flash-style kernel per pass at the chip's published rate,
+less the tiles a causal mask hides; its logits and probabilities never reach memory;
+attentions it cannot price so are priced as written and the note says why."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import workbench as wb
+from tests.models import programs as external
+from workbench.core import hardware as hw
+from workbench.core.anatomy.attention import region
+from workbench.core.hardware.levels import HardwareError
+from workbench.models import build, lm
+
+FUSED = dataclasses.replace(hw.H100, fused_attention=True)
+SEQ = 2048
+
+
+def lm_program(remat=True, seq=SEQ, layers=2):
+    config = lm.Config(
+        batch=8, seq_len=seq, d_model=512, n_heads=8, d_head=64, d_ff=2048, vocab=4096,
+        n_layers=layers, dtype="bfloat16", master_weights=True, remat=remat,
+    )  # fmt: skip
+    ex = build("lm", config, abstract=True)
+    return wb.capture(ex.fn, *ex.args)
+
+
+@pytest.fixture(scope="module")
+def program():
+    return lm_program()
+
+
+def kernels(e, program):
+    """The fused kernels' estimates: at the context dots (forward, replay) and the first
+    backward op of each region."""
+    anchors = set()
+    for a in program.anatomy().layers.attention:
+        r = region(program, a.scores, a.context)
+        anchors |= {r.forward.context, r.first_backward}
+        if r.replay is not None:
+            anchors.add(r.replay.context)
+    return [o for o in e.ops if o.op in anchors]
+
+
+def test_a_fused_attention_costs_its_kernels_and_not_its_logits(program):
+    s = wb.Session(program, wb.Mesh({"data": 8}), [wb.BP("data")])
+    written, fused = s.estimate(hw.H100), s.estimate(FUSED)
+    assert fused.breakdown.attention_s < written.breakdown.attention_s / 3
+    assert fused.breakdown.matmul_s == pytest.approx(written.breakdown.matmul_s, rel=1e-6)
+    assert fused.step_s < written.step_s and fused.note == ""
+    # 2 layers x (forward, recomputation, backward): one kernel each
+    ks = kernels(fused, program)
+    assert len(ks) == 6
+    # a causal mask hides the tiles above the diagonal: (n + 1) / 2n of them are computed
+    n = SEQ // 128
+    per_layer = 4 * (8 // 8) * SEQ * SEQ * 512  # the two dots: 2 x 2 b s^2 (h d)
+    forward = per_layer * (n + 1) / (2 * n)
+    assert sorted(k.cost.flops / forward for k in ks) == pytest.approx([1, 1, 1, 1, 2.5, 2.5])
+    rate = hw.H100.attention_flops("bfloat16")
+    assert rate == pytest.approx(740e12)
+    assert all(k.seconds >= k.cost.flops / rate for k in ks)
+
+
+def test_without_remat_the_fused_step_does_not_hold_the_probabilities():
+    program = lm_program(remat=False, seq=4096)
+    s = wb.Session(program, wb.Mesh({"data": 8}), [wb.BP("data")])
+    written, fused = s.estimate(hw.H100), s.estimate(FUSED)
+    # the forward keeps each layer's probabilities (1 x 8 heads x 4096^2 in bfloat16) for the
+    # backward as written; a fused kernel keeps its output and log-sum-exp only
+    probs = 8 * 4096 * 4096 * 2
+    assert written.memory.peak - fused.memory.peak > 2 * probs
+
+
+def test_a_pipelined_step_prices_its_attention_fused(program):
+    mesh = wb.Mesh({"stage": 2, "data": 4})
+    s = wb.Session(program, mesh, [wb.PP("stage", microbatches=2), wb.BP("data")])
+    written, fused = s.estimate(hw.H100), s.estimate(FUSED)
+    assert fused.breakdown.attention_s < written.breakdown.attention_s / 3
+    assert fused.step_s < written.step_s
+
+
+def test_a_ring_keeps_its_own_pricing_and_the_note_says_so(program):
+    s = wb.Session(program, wb.Mesh({"seq": 8}), [wb.CP("seq", dim=1, kind="ring")])
+    e = s.estimate(FUSED)
+    assert "priced as written" in e.note and "a ring runs it" in e.note
+    assert e.step_s == pytest.approx(s.estimate(hw.H100).step_s, rel=1e-9)
+
+
+def test_an_attention_with_a_dropout_is_priced_as_written_and_the_note_says_why():
+    def attend(q, k, v, key):
+        p = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k), axis=-1)
+        keep = jax.random.bernoulli(key, 0.9, p.shape)
+        return jnp.einsum("bhqk,bkhd->bqhd", jnp.where(keep, p / 0.9, 0.0), v)
+
+    def loss(w, x, key):
+        q, k, v = (jnp.einsum("btd,dhe->bthe", x, w[n]) for n in "qkv")
+        return jnp.einsum("bthe,hed->btd", attend(q, k, v, key), w["o"]).sum()
+
+    w = {n: jnp.ones((8, 2, 4)) / 8 for n in "qkv"} | {"o": jnp.ones((2, 4, 8)) / 8}
+    program = wb.capture(jax.grad(loss), w, jnp.ones((2, 16, 8)), jax.random.key(0))
+    s = wb.Session(program, wb.Mesh({"data": 2}), [wb.BP("data")])
+    e = s.estimate(FUSED)
+    assert "1 attentions priced as written" in e.note and "dropout" in e.note
+    assert e.step_s == pytest.approx(s.estimate(hw.H100).step_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["eqx_lm", "nnx_lm", "hf_gpt2"])
+def test_third_party_attention_is_fused_too(name):
+    program = external.program(name)
+    s = wb.Session(program, wb.Mesh({"data": 2}), [wb.BP("data")])
+    e = s.estimate(FUSED)
+    assert e.note == ""
+    assert len(kernels(e, program)) >= 2 * len(program.anatomy().layers.attention)
+
+
+def test_the_rate_falls_back_to_the_matmuls_and_bad_shares_are_refused():
+    # no published fused-attention rate for TPUs: a matmul's
+    assert hw.TPU_V5E.attention_flops("bfloat16") == hw.TPU_V5E.matmul_flops("bfloat16")
+    assert hw.A100.attention_flops("float16") == pytest.approx(0.73 * 312e12)
+    assert "arxiv.org" in hw.A100.sources["attention_efficiency.bfloat16"]
+    with pytest.raises(HardwareError, match="attention_efficiency"):
+        dataclasses.replace(hw.H100, attention_efficiency={"bfloat16": 1.5})
