@@ -5,9 +5,11 @@ of layers, run unrolled (``params/layers/0/attn/wq``); ``init_scan`` stacks them
 dict of arrays with a leading layer dimension, run under ``jax.lax.scan``
 (``params/layers/attn/wq``). Both draw the same numbers, so give the same loss.
 
-Shapes (D=d_model, H=n_heads, K=d_head, F=d_ff, V=vocab): ``embed`` [V, D]; per layer
-``ln1``/``ln2`` ``scale``/``bias`` [D], ``attn/wq|wk|wv`` [D, H, K], ``attn/wo`` [H, K, D],
-``mlp/w_in`` [D, F], ``mlp/w_out`` [F, D]; ``ln_f`` [D]; ``unembed`` [D, V].
+Shapes (D=d_model, H=n_heads, G=n_kv_heads, K=d_head, F=d_ff, V=vocab): ``embed`` [V, D];
+per layer ``ln1``/``ln2`` ``scale``/``bias`` [D], ``attn/wq`` [D, H, K], ``attn/wk|wv``
+[D, G, K] (G = H unless grouped-query attention), ``attn/wo`` [H, K, D], ``mlp/w_in`` [D, F],
+``mlp/w_out`` [F, D] (``mlp="swiglu"``: ``mlp/w_gate|w_up`` [D, F], ``mlp/w_down`` [F, D]);
+``ln_f`` [D]; ``unembed`` [D, V].
 
 With ``n_experts > 0`` every layer's MLP is a top-k routed mixture of experts
 (``moe.py``): ``moe/router`` [D, E], ``moe/experts/w_in`` [E, D, F_e], ``moe/experts/w_out``
@@ -28,6 +30,8 @@ import workbench as wb
 from workbench.models import moe as moe_
 from workbench.models._common import ConfigError, Presets, dense, softmax_cross_entropy
 
+MLPS = ("gelu", "swiglu")
+
 
 @dataclass(frozen=True, slots=True)
 class Config(Presets):
@@ -37,8 +41,13 @@ class Config(Presets):
     seq_len: int = 16
     d_model: int = 32
     n_heads: int = 4
+    # grouped-query attention (Llama 2/3, Qwen3): key/value heads, each shared by
+    # n_heads // n_kv_heads query heads (None: n_heads, multi-head attention)
+    n_kv_heads: int | None = None
     d_head: int = 8
     d_ff: int = 64
+    # the dense MLP: "gelu" (GPT) or "swiglu" (Llama, Qwen: silu(x W_gate) * x W_up, W_down)
+    mlp: str = "gelu"
     vocab: int = 64
     n_layers: int = 2
     dtype: str = "float32"
@@ -72,7 +81,25 @@ class Config(Presets):
         self._check_positive(
             "batch", "seq_len", "d_model", "n_heads", "d_head", "d_ff", "vocab", "n_layers"
         )
+        self._check_layers()
         self._check_experts()
+
+    def _check_layers(self) -> None:
+        H, G = self.n_heads, self.n_kv_heads
+        if G is not None and (not isinstance(G, int) or G < 1 or H % G):
+            fits = ", ".join(str(g) for g in range(1, H + 1) if H % g == 0)
+            raise ConfigError(
+                f"Config.n_kv_heads={G!r}: each key/value head serves an equal group of the "
+                f"n_heads={H} query heads, so it must divide n_heads; give one of {fits}, "
+                f"or None for n_heads (multi-head attention)."
+            )
+        if self.mlp not in MLPS:
+            raise ConfigError(f"Config.mlp={self.mlp!r}: no such MLP; choose one of {MLPS}.")
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: ``n_kv_heads``, else ``n_heads``."""
+        return self.n_kv_heads or self.n_heads
 
     def _check_experts(self) -> None:
         def bad(field, why, fix):
@@ -99,12 +126,13 @@ class Config(Presets):
 
     @property
     def n_params(self) -> int:
-        d, hk = self.d_model, self.n_heads * self.d_head
-        per_layer = 4 * d + 4 * d * hk + 2 * d * self.d_ff
+        d, hk, gk = self.d_model, self.n_heads * self.d_head, self.kv_heads * self.d_head
+        per_layer = 4 * d + 2 * d * hk + 2 * d * gk
         if self.n_experts:
             f = moe_.d_expert(self)
-            mlp = d * self.n_experts + 2 * d * f * (self.n_experts + self.n_shared)
-            per_layer += mlp - 2 * d * self.d_ff
+            per_layer += d * self.n_experts + 2 * d * f * (self.n_experts + self.n_shared)
+        else:
+            per_layer += (3 if self.mlp == "swiglu" else 2) * d * self.d_ff
         return 2 * self.vocab * d + 2 * d + self.n_layers * per_layer
 
 
@@ -128,19 +156,27 @@ def _norm(config: Config) -> dict:
 
 def _init_layer(config: Config, key: jax.Array) -> dict:
     D, H, K, F, dt = config.d_model, config.n_heads, config.d_head, config.d_ff, config.dtype
+    G = config.kv_heads
     kq, kk, kv, ko, ki, kf = jax.random.split(key, 6)
     layer = {
         "ln1": _norm(config),
         "attn": {
             "wq": dense(kq, (D, H, K), D, dt),
-            "wk": dense(kk, (D, H, K), D, dt),
-            "wv": dense(kv, (D, H, K), D, dt),
+            "wk": dense(kk, (D, G, K), D, dt),
+            "wv": dense(kv, (D, G, K), D, dt),
             "wo": dense(ko, (H, K, D), H * K, dt),
         },
         "ln2": _norm(config),
     }
     if config.n_experts:
         layer["moe"] = moe_.init_moe(config, ki)
+    elif config.mlp == "swiglu":
+        kg, ku = jax.random.split(ki)
+        layer["mlp"] = {
+            "w_gate": dense(kg, (D, F), D, dt),
+            "w_up": dense(ku, (D, F), D, dt),
+            "w_down": dense(kf, (F, D), F, dt),
+        }
     else:
         layer["mlp"] = {"w_in": dense(ki, (D, F), D, dt), "w_out": dense(kf, (F, D), F, dt)}
     return layer
@@ -214,19 +250,36 @@ def layer_norm(p: dict, x: jax.Array, eps: float = 1e-5) -> jax.Array:
 
 
 def attention(p: dict, x: jax.Array) -> jax.Array:
-    """Causal multi-head self-attention."""
+    """Causal self-attention: multi-head, or grouped-query when ``wk``/``wv`` have fewer heads
+    (G) than ``wq`` (H): query head ``h`` reads key/value head ``h // (H // G)``. The queries
+    are grouped [b, s, G, H/G, K] and the einsums run over the groups; K and V are never
+    repeated (as MaxText and the Flax examples write it)."""
     q = jnp.einsum("bsd,dhk->bshk", x, p["wq"])
     k = jnp.einsum("bsd,dhk->bshk", x, p["wk"])
     v = jnp.einsum("bsd,dhk->bshk", x, p["wv"])
-    scores = jnp.einsum("bqhk,bshk->bhqs", q, k) * (q.shape[-1] ** -0.5)
-    seq = x.shape[1]
+    b, seq, H, K = q.shape
+    G = k.shape[2]
+    if G == H:
+        scores = jnp.einsum("bqhk,bshk->bhqs", q, k) * (K**-0.5)
+    else:
+        q = q.reshape(b, seq, G, H // G, K)
+        scores = jnp.einsum("bqgrk,bsgk->bgrqs", q, k) * (K**-0.5)
     causal = jnp.tril(jnp.ones((seq, seq), dtype=bool))
     probs = jax.nn.softmax(jnp.where(causal, scores, -1e9), axis=-1)
-    heads = wb.tag(jnp.einsum("bhqs,bshk->bqhk", probs, v), "heads")
+    if G == H:
+        heads = jnp.einsum("bhqs,bshk->bqhk", probs, v)
+    else:
+        heads = jnp.einsum("bgrqs,bsgk->bqgrk", probs, v).reshape(b, seq, H, K)
+    heads = wb.tag(heads, "heads")
     return jnp.einsum("bshk,hkd->bsd", heads, p["wo"])
 
 
 def mlp(p: dict, x: jax.Array) -> jax.Array:
+    """The dense MLP: GELU (``w_in``, ``w_out``) or SwiGLU (``w_gate``, ``w_up``, ``w_down``),
+    as the parameters say."""
+    if "w_gate" in p:
+        hidden = wb.tag(jax.nn.silu(x @ p["w_gate"]) * (x @ p["w_up"]), "hidden")
+        return hidden @ p["w_down"]
     hidden = wb.tag(jax.nn.gelu(x @ p["w_in"]), "hidden")
     return hidden @ p["w_out"]
 
