@@ -124,3 +124,16 @@ def test_the_rate_falls_back_to_the_matmuls_and_bad_shares_are_refused():
     assert "arxiv.org" in hw.A100.sources["attention_efficiency.bfloat16"]
     with pytest.raises(HardwareError, match="attention_efficiency"):
         dataclasses.replace(hw.H100, attention_efficiency={"bfloat16": 1.5})
+
+
+def test_a_grouped_query_attention_is_fused():
+    config = lm.Config(
+        batch=8, seq_len=1024, d_model=512, n_heads=8, n_kv_heads=2, d_head=64, d_ff=1408,
+        mlp="swiglu", vocab=4096, n_layers=2, dtype="bfloat16", remat=True,
+    )  # fmt: skip
+    ex = build("lm", config, abstract=True)
+    program = wb.capture(ex.fn, *ex.args)
+    s = wb.Session(program, wb.Mesh({"data": 2, "model": 2}), [wb.BP("data"), wb.MP("model")])
+    e = s.estimate(FUSED)
+    assert e.note == "" and len(kernels(e, program)) == 6
+    assert e.breakdown.attention_s < s.estimate(hw.H100).breakdown.attention_s / 3

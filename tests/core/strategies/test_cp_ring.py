@@ -277,3 +277,23 @@ def test_the_jax_export_says_the_ring_is_not_in_it(program):
         compile(code, "exported.py", "exec")
         assert "# NOTE: ring attention (CP kind='ring' over 'seq') is not in this export" in code
     assert "ring attention" not in wb.Session(program, s.mesh, [wb.CP("seq")]).export_jax()
+
+
+@pytest.mark.slow  # about 20 s: two rings run against the whole step
+@pytest.mark.parametrize("balance", [False, True])
+def test_a_grouped_query_attention_rings_like_the_unpartitioned_step(balance):
+    # its scores dot reads the keys first ("bsgk" before the grouped queries): the region
+    # follows the probabilities' keys dim back through the softmax and a transpose
+    config = lm.Config(
+        batch=2, seq_len=32, d_model=32, n_heads=4, n_kv_heads=2, d_head=8, d_ff=64,
+        mlp="swiglu", vocab=64, n_layers=2, remat=True,
+    )  # fmt: skip
+    ex = build("lm", config)
+    program = wb.capture(ex.fn, *ex.args)
+    (a, _) = program.anatomy().layers.attention
+    r = region(program, a.scores, a.context)
+    assert isinstance(r, Region) and program.ops[a.scores].operands[0] == r.forward.keys
+    s = wb.Session(program, wb.Mesh({"data": 2, "seq": 4}), [wb.BP("data")])
+    s.apply(wb.CP("seq", dim=1, kind="ring", balance=balance))
+    assert not s.conflicts and len(s.plan().rings) == 6
+    assert s.run(repeats=1).matches

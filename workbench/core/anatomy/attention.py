@@ -118,12 +118,35 @@ def keys_values(program, scores: int, context: int) -> tuple[int, int]:
         i = probs[0]
         contracted = context.params["dimension_numbers"][0][i]
         (cl, _), (bl, _) = scores.params["dimension_numbers"]
-        shape = program.values[scores.results[0]].shape
-        if program.values[context.operands[i]].shape == shape and len(contracted) == 1:
+        if len(contracted) == 1:
+            at = _scores_dim(program, context.operands[i], contracted[0], scores.results[0], reach)
             lhs_free = len(program.values[scores.operands[0]].shape) - len(cl) - len(bl)
-            if len(bl) <= contracted[0] < len(bl) + lhs_free:
+            if at is not None and len(bl) <= at < len(bl) + lhs_free:
                 keys = scores.operands[0]
     return keys, values
+
+
+def _scores_dim(program, v: int, dim: int, scores: int, reach) -> int | None:
+    """The dim of the scores ``dim`` of ``v`` comes from, followed back through transposes
+    and same-shaped elementwise ops reached from the scores (a scale, a mask, a softmax);
+    None where it cannot be followed so."""
+    values, ops = program.values, program.ops
+    while v != scores:
+        p = values[v].producer
+        if p is None:
+            return None
+        op = ops[p]
+        if traits_of(op.primitive).permutes and "permutation" in op.params:
+            dim, v = op.params["permutation"][dim], op.operands[0]
+            continue
+        shape = values[v].shape
+        on_path = [
+            x for x in op.operands if isinstance(x, int) and x in reach and values[x].shape == shape
+        ]
+        if registry.record(op.primitive).family != "elementwise" or not on_path:
+            return None
+        v = on_path[0]
+    return dim
 
 
 def free_dims(op, side: int, rank: int) -> list[int]:

@@ -56,7 +56,10 @@ class _Pairs(_Blocks):
     def bound(self, q, k):
         """A bound on every score of the ring's queries and keys: the largest norms of a
         query and of a key (over the contracted dims; the keys' over the whole ring)."""
-        (qc, kc), _ = self.program.ops[self.r.scores].params["dimension_numbers"]
+        scores = self.program.ops[self.r.scores]
+        contracted, _ = scores.params["dimension_numbers"]
+        i = scores.operands.index(self.r.queries)  # the queries come first or second
+        qc, kc = contracted[i], contracted[1 - i]
         q_norm = jnp.sqrt(jnp.max(jnp.sum(jnp.square(q.astype(F32)), axis=tuple(qc))))
         k_norm = jnp.sqrt(jnp.max(jnp.sum(jnp.square(k.astype(F32)), axis=tuple(kc))))
         return q_norm * lax.pmax(k_norm, self.name) * 1.01 + 1.0
