@@ -147,3 +147,24 @@ def test_bad_inputs_say_what_would_work():
         price_pipeline(p, 2, 4, HW, overlap="prefetch")
     with pytest.raises(InputError, match="whole number >= 1"):
         price_pipeline(p, 2, 0, HW)
+
+
+def test_each_stage_gathers_only_the_parameters_it_holds():
+    # ZeRO-2 gathers the updated parameters for the step's outputs: a stage gathers its own
+    from workbench.core import hardware as hw
+
+    config = lm.Config(
+        batch=128, seq_len=64, d_model=256, n_heads=4, d_head=64, d_ff=1024, vocab=1024,
+        n_layers=8, dtype="bfloat16", master_weights=True,
+    )  # fmt: skip
+    ex = build("lm", config, abstract=True)
+    program = wb.capture(ex.fn, *ex.args)
+    whole = wb.Session(program, wb.Mesh({"data": 16}), [wb.BP("data"), wb.Z2("data")])
+    piped = wb.Session(
+        program,
+        wb.Mesh({"stage": 2, "data": 16}),
+        [wb.PP("stage", microbatches=8), wb.BP("data"), wb.Z2("data")],
+    )
+    gathered = whole.estimate(hw.H100).by_kind["all-gather"]
+    stages = piped.estimate(hw.H100).pipeline.collectives
+    assert [s["all-gather"] / gathered for s in stages] == pytest.approx([0.5, 0.5], abs=0.05)

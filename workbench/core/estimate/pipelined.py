@@ -28,6 +28,7 @@ largest chunk boundary crossing it.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass
 
 from workbench.core.anatomy.stages import StageCuts, stage_cuts
@@ -256,6 +257,11 @@ class _Priced:
         self.time: dict[int, tuple[float, float]] = {}  # op -> (scaled s, whole s) per step
         self.once = 0.0  # collectives for the program's outputs: once per step
         self.once_kinds: dict[str, float] = {}
+        self.stage_at = {
+            o: st.index for st in cuts.stages for o in (*st.forward, *st.backward, *st.optimizer)
+        }
+        #: per virtual stage, its outputs' collectives (seconds, by kind), once per step
+        self.outputs: dict[int, tuple[float, dict[str, float]]] = defaultdict(lambda: (0.0, {}))
         self.kinds: dict[int, dict[str, tuple[float, float]]] = {}  # op -> kind -> as time
         self.work: dict[int, tuple[float, int]] = {}  # op -> (FLOPs, kernels) per step
         self.attention = attention_ops(program)
@@ -293,9 +299,16 @@ class _Priced:
         """Each collective's time on the op that needs it (see `price_planned`)."""
         for c in collectives:
             op, kind = c.collective.op, c.collective.kind
-            if op is None:
-                self.once += c.total_s
-                self.once_kinds[kind] = self.once_kinds.get(kind, 0.0) + c.total_s
+            if op is None:  # an output's: on the stage whose ops make it, else every stage's
+                v = c.collective.value
+                made = self.program.values[v].producer if v is not None else None
+                at = self.stage_at.get(self.top[made]) if made is not None else None
+                total, kinds = (self.once, self.once_kinds) if at is None else self.outputs[at]
+                kinds[kind] = kinds.get(kind, 0.0) + c.total_s
+                if at is None:
+                    self.once += c.total_s
+                else:
+                    self.outputs[at] = (total + c.total_s, kinds)
                 continue
             per_mb = c.total_s / self.M if c.collective.value in self.batched else c.total_s
             s, w = self.time.get(op, (0.0, 0.0))
@@ -313,6 +326,8 @@ class _Priced:
             for kind, (_, whole) in self.kinds.get(o, {}).items():
                 out[kind] = out.get(kind, 0.0) + whole
         for st in chunks:
+            for kind, seconds in self.outputs.get(st.index, (0.0, {}))[1].items():
+                out[kind] = out.get(kind, 0.0) + seconds
             for o, phase, part in self._placed(st):
                 for kind, (per_mb, whole) in self.kinds.get(o, {}).items():
                     add = part * (whole if phase == "optimizer" else self.M * per_mb)
@@ -369,7 +384,7 @@ class _Priced:
                 w += per_mb * part
             else:
                 b += per_mb * part
-        return f, b, w, o
+        return f, b, w, o + self.outputs.get(st.index, (0.0, {}))[0]
 
     def stage_kinds(self, st) -> tuple[float, float]:
         """One microbatch's matmul and attention seconds on (virtual) stage ``st``, forward
