@@ -11,13 +11,17 @@ FLOPs accounting and its published throughput, and MFU is compared in that accou
   iteration (its eq. 3, recomputation counted) over the GPUs and 312 TFLOP/s.
 - **MaxText on TPU v5e** (its README's table, 15 runs: 16B, 32B and 64B on 1 to 16
   v5e-256 slices), as ``benchmarks/published_runs.py`` sets them up.
+- **H100** (``benchmarks/published_h100.py``, attention fused): Megatron-LM's README
+  weak-scaling table (9 runs, 1.7B to 462B on up to 6,144 H100s, 5 pipelined), Llama 3
+  405B's two 8K rows of Table 4 (8,192 and 16,384 H100s, TP 8, PP 16 interleaved) and a
+  mixture of experts, Qwen3 30B-A3B on 8 H100s (NeMo AutoModel, EP 8, FSDP 8).
 
 **The split** (fixed here, before any constant is fitted): within each source, in table
 order, the even rows fit and the odd rows are held out. Today nothing is fitted (0
 constants), so both halves are held out in effect; the split is for the calibration
 that comes next, whose constants will be fitted on the "fit" rows alone.
 
-    python benchmarks/fidelity.py [--source megatron maxtext]
+    python benchmarks/fidelity.py [--source megatron h100 maxtext]
 """
 
 import argparse
@@ -26,6 +30,7 @@ import time
 
 import _common
 import pipeline
+import published_h100
 import published_runs
 
 import workbench as wb
@@ -61,8 +66,8 @@ def megatron(name: str) -> dict:
     program = wb.capture(ex.fn, *ex.args)
     axes = {"stage": p, "data": d, "model": t}
     mesh = wb.Mesh({k: v for k, v in axes.items() if v > 1})
-    plan = [wb.PP("stage", microbatches=batch // d, schedule="1f1b")] if p > 1 else []
-    plan += [wb.BP("data")] + ([wb.MP("model")] if t > 1 else [])
+    plan = [pipeline.megatron_pp(name, p, d, batch)] if p > 1 else []
+    plan += [wb.BP("data")] + ([wb.MP("model"), *pipeline.vocab_parallel("model")] if t > 1 else [])
     e = wb.Session(program, mesh, plan).estimate(hw.A100)
     flops = pipeline.megatron_flops(batch, layers, h)
     return dict(
@@ -97,6 +102,11 @@ def runs(sources):
         for i, name in enumerate(sorted(MEGATRON, key=float)):
             out.append({**megatron(name), "split": split(i)})
             print(f"estimated Megatron {name}B", flush=True)
+    if "h100" in sources:
+        for source, table in published_h100.runs():
+            for i, (name, run) in enumerate(table):
+                out.append({**run(), "split": split(i)})
+                print(f"estimated {source}: {name}", flush=True)
     if "maxtext" in sources:
         table = [(s, n) for n in published_runs.PUBLISHED for s in published_runs.MODELS]
         for i, (size, slices) in enumerate(table):
@@ -133,7 +143,8 @@ def summary(rows) -> list[list]:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", nargs="+", default=["megatron", "maxtext"])
+    sources = ["megatron", "h100", "maxtext"]
+    parser.add_argument("--source", nargs="+", default=sources, choices=sources)
     args = parser.parse_args()
     start = time.perf_counter()
     rows = runs(args.source)
