@@ -121,6 +121,22 @@ def test_json_equals_the_session_estimate(saved, capsys):
     assert [r["seconds"] for r in rows] == [c.total_s for c in est.collectives]
 
 
+def test_fused_attention_prices_as_the_session_does_on_that_hardware(saved, capsys):
+    import dataclasses
+
+    _, path = saved
+    fused = dataclasses.replace(hw.H100, fused_attention=True)
+    est = estimate(path, fused)
+    args = ("plan", "--model", "lm:tiny", "--strategy", path, "--hardware", "h100")
+    code, out, _ = run(capsys, *args, "--fused-attention", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["fused_attention"] is True and data["estimate"]["step_s"] == est.step_s
+    assert data["estimate"]["step_s"] < estimate(path, hw.H100).step_s
+    code, out, _ = run(capsys, *args, "--fused-attention")
+    assert code == 0 and "H100 SXM, overlap none, attention fused" in out
+
+
 def test_default_hardware_is_the_sessions_default(saved, capsys):
     _, path = saved
     code, out, _ = run(capsys, "plan", "--model", "lm:tiny", "--strategy", path, "--json")

@@ -33,10 +33,10 @@ import json
 import os
 import re
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from workbench import cli_sweep
-from workbench.cli_text import UsageError, table
+from workbench.cli_text import FUSED_HELP, UsageError, table
 
 USAGE_ERROR = 2
 INTERNAL_ERROR = 1
@@ -229,6 +229,7 @@ def plan_json(args, session, ex, est) -> dict:
         "schedule": [str(t) for t in session.history],
         "hardware": est.hardware,
         "overlap": est.overlap,
+        "fused_attention": args.fused_attention,
         "estimate": {
             "step_s": est.step_s,
             "compute_s": est.compute_s,
@@ -279,7 +280,8 @@ def plan_text(args, session, ex, est) -> list[str]:
         f"model     {args.model} ({ex.description}), {ex.n_params:,} parameters",
         f"mesh      {', '.join(f'{k}={v}' for k, v in mesh.axes)} ({mesh.size} devices)",
         f"schedule  {schedule}",
-        f"hardware  {est.hardware}, overlap {est.overlap}",
+        f"hardware  {est.hardware}, overlap {est.overlap}"
+        + (", attention fused" if args.fused_attention else ""),
         *([f"note      {est.note}"] if est.note else []),
         *([f"experts   {est.moe}"] if est.experts else []),
         "",
@@ -354,6 +356,10 @@ def parse_expert_load(text: str | None):
 
 def cmd_plan(args) -> int:
     hardware = find_hardware(args.hardware) if args.hardware else None
+    if args.fused_attention:
+        hardware = replace(
+            find_hardware("cpu") if hardware is None else hardware, fused_attention=True
+        )
     overlap = parse_overlap(args.overlap)
     if args.top < 0:
         raise UsageError(f"--top {args.top}: give a number of collectives, or 0 to list all.")
@@ -433,6 +439,7 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--expert-load", help="MoE routing load: a skew >= 1 (e.g. 2) or loads, e.g. 2,1,1,1"
     )
+    plan.add_argument("--fused-attention", action="store_true", help=FUSED_HELP)
     plan.add_argument("--top", type=int, default=20, help="collectives listed (0: all)")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     plan.set_defaults(run=cmd_plan)

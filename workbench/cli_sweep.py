@@ -13,9 +13,10 @@ config (``workbench models`` lists the presets); ``--json`` prints every point.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
-from workbench.cli_text import UsageError, table
+from workbench.cli_text import FUSED_HELP, UsageError, table
 
 
 def shapes(given: list[str] | None) -> dict[str, list[int]]:
@@ -54,6 +55,8 @@ def cmd_sweep(args) -> int:
     from workbench.core.hardware import resolve
 
     kinds = [resolve(h.strip(), what="--hardware") for h in args.hardware.split(",")]
+    if args.fused_attention:
+        kinds = [dataclasses.replace(k, fused_attention=True) for k in kinds]
     result = sweep(
         model,
         hardware=kinds,
@@ -101,6 +104,7 @@ def add_parser(sub) -> None:
     s.add_argument("--stages", default="1", help="pipeline stages to try, e.g. 1,4 (1: none)")
     s.add_argument("--microbatches", default="4", help="microbatches per step when pipelined")
     s.add_argument("--double", metavar="NAME", help="what the step costs at twice this shape")
+    s.add_argument("--fused-attention", action="store_true", help=FUSED_HELP)
     s.add_argument("--top", type=int, default=20, help="Pareto plans listed (0: all)")
     s.add_argument("--json", action="store_true", help="print every point as JSON")
     s.set_defaults(run=cmd_sweep)

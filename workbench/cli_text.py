@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+#: The help of ``--fused-attention`` (``workbench plan`` and ``workbench sweep``).
+FUSED_HELP = (
+    "price attention as fused flash-style kernels (the program calls them, or XLA rewrites it)"
+)
+
 
 class UsageError(Exception):
     """Input the command cannot use; the message says what was given and what would work."""
