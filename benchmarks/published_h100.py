@@ -77,14 +77,21 @@ def megatron_h100(name: str) -> dict:
     overlap = "none" if p > 1 else "prefetch"  # a pipelined estimate hides no reduction
     e = wb.Session(program, mesh, plan).estimate(FUSED_H100, overlap=overlap)
     flops = megatron_core_flops(batch, SEQ, layers, h, 4 * h, VOCAB, heads)
+    run = f"{name}B t{t} p{p} d{d}"
+    return row("Megatron-LM README (H100)", run, flops, gpus, tflops, e.step_s, e.note)
+
+
+def row(source, run, flops, gpus, tflops, step_s, note) -> dict:
+    """One run's row: the published step (the source's FLOPs over the GPUs at its rate),
+    ours, and MFU in the source's accounting, published and ours."""
     return dict(
-        source="Megatron-LM README (H100)",
+        source=source,
         chip="H100",
-        run=f"{name}B t{t} p{p} d{d}",
+        run=run,
         published_s=flops / (gpus * tflops * 1e12),
-        step_s=e.step_s,
-        mfu=(tflops * 1e12 / H100_PEAK, flops / (gpus * e.step_s * H100_PEAK)),
-        note=e.note,
+        step_s=step_s,
+        mfu=(tflops * 1e12 / H100_PEAK, flops / (gpus * step_s * H100_PEAK)),
+        note=note,
     )
 
 
@@ -127,15 +134,8 @@ def llama3(name: str) -> dict:
     n = config.n_params - 2 * config.vocab * config.d_model
     per_token = 6 * n + 12 * config.n_layers * config.d_model * seq
     flops = per_token * seq * per_dp * d
-    return dict(
-        source="Llama 3 405B (H100)",
-        chip="H100",
-        run=f"{name}: t{t} c{c} p{p} d{d}",
-        published_s=flops / (gpus * tflops * 1e12),
-        step_s=e.step_s,
-        mfu=(tflops * 1e12 / H100_PEAK, flops / (gpus * e.step_s * H100_PEAK)),
-        note=e.note,
-    )
+    run = f"{name}: t{t} c{c} p{p} d{d}"
+    return row("Llama 3 405B (H100)", run, flops, gpus, tflops, e.step_s, e.note)
 
 
 # NeMo AutoModel's performance summary (NVIDIA-NeMo/Automodel docs/performance-summary.md,
@@ -165,14 +165,7 @@ def qwen3_moe() -> dict:
     e = wb.Session(program, wb.Mesh({"expert": gpus}), plan).estimate(FUSED_H100)
     update = sum(o.total_s for o in e.ops if program.ops[o.op].phase == "optimizer")
     step = steps * (e.step_s - update) + update
-    # its FLOPs as the summary counts them (277 TFLOP/s a GPU): from its step and rate
+    # its FLOPs as the summary counts them, from its step and rate (277 TFLOP/s a GPU)
     flops = 277e12 * gpus * published
-    return dict(
-        source="NeMo AutoModel (H100)",
-        chip="H100",
-        run="Qwen3 30B-A3B, EP 8, FSDP 8",
-        published_s=published,
-        step_s=step,
-        mfu=(277e12 / H100_PEAK, flops / (gpus * step * H100_PEAK)),
-        note=e.note,
-    )
+    run = "Qwen3 30B-A3B, EP 8, FSDP 8"
+    return row("NeMo AutoModel (H100)", run, flops, gpus, 277, step, e.note)

@@ -168,20 +168,7 @@ def test_the_ring_transfers_are_the_ones_xla_compiles(program):
 
 
 def test_a_dropout_between_softmax_and_context_is_refused():
-    import jax
-    import jax.numpy as jnp
-
-    def attend(q, k, v, key):
-        p = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k), axis=-1)
-        keep = jax.random.bernoulli(key, 0.9, p.shape)
-        return jnp.einsum("bhqk,bkhd->bqhd", jnp.where(keep, p / 0.9, 0.0), v)
-
-    def loss(w, x, key):
-        q, k, v = (jnp.einsum("btd,dhe->bthe", x, w[n]) for n in "qkv")
-        return jnp.einsum("bthe,hed->btd", attend(q, k, v, key), w["o"]).sum()
-
-    w = {n: jnp.ones((8, 2, 4)) / 8 for n in "qkv"} | {"o": jnp.ones((2, 4, 8)) / 8}
-    program = wb.capture(jax.grad(loss), w, jnp.ones((2, 16, 8)), jax.random.key(0))
+    program = external.dropout_attention()
     (a,) = program.anatomy().layers.attention
     assert "dropout" in region(program, a.scores, a.context)
 

@@ -93,7 +93,9 @@ def note(program, plan) -> str:
     reasons = [r for r in _regions(program, plan) if isinstance(r, str)]
     if not reasons:
         return ""
-    return f"{len(reasons)} attentions priced as written, not fused ({'; '.join(sorted(set(reasons)))})"
+    n = len(reasons)
+    why = "; ".join(sorted(set(reasons)))
+    return f"{n} attention{'s' * (n != 1)} priced as written, not fused ({why})"
 
 
 def _regions(program, plan) -> list:
