@@ -125,3 +125,16 @@ def test_a_grouped_query_attention_is_fused():
     e = s.estimate(FUSED)
     assert e.note == "" and len(kernels(e, program)) == 6
     assert e.breakdown.attention_s < s.estimate(hw.H100).breakdown.attention_s / 3
+
+
+def test_a_kernel_reads_the_keys_and_values_as_the_plan_gathers_them():
+    config = lm.Config(
+        batch=1, seq_len=8192, d_model=1024, n_heads=8, d_head=128, d_ff=4096, vocab=4096,
+        n_layers=2, dtype="bfloat16", remat=True,
+    )  # fmt: skip
+    ex = build("lm", config, abstract=True)
+    program = wb.capture(ex.fn, *ex.args)
+    s = wb.Session(program, wb.Mesh({"seq": 8}), [wb.CP("seq", dim=1)])
+    e = s.estimate(FUSED)
+    whole = 8192 * 8 * 128 * 2  # one sequence's keys (or values), gathered on every device
+    assert e.note == "" and all(k.cost.bytes_accessed > 2 * whole for k in kernels(e, program))

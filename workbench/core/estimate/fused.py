@@ -75,14 +75,12 @@ def fused(program, mesh, state, plan, hardware, estimates) -> Fused:
         for p in passes:
             e = by_op[p.context]
             flops = kept * (by_op[p.scores].cost.flops + e.cost.flops)
-            nbytes = _bytes(mesh, state, p.queries, p.keys, p.values, p.out) + _lse(
-                program, mesh, state, p
-            )
+            nbytes = _read(program, mesh, plan, p) + _lse(program, mesh, state, p)
             kernels.append(_kernel(p.context, flops, nbytes, e.count, rate, hardware))
         first = r.forward
         flops = BACKWARD * kept * (by_op[first.scores].cost.flops + by_op[first.context].cost.flops)
-        nbytes = _bytes(mesh, state, first.queries, first.keys, first.values, first.out)
-        nbytes += _bytes(mesh, state, r.cotangent, *r.grads) + _lse(program, mesh, state, first)
+        nbytes = _read(program, mesh, plan, first) + _lse(program, mesh, state, first)
+        nbytes += _bytes(mesh, state, r.cotangent, *r.grads)
         count = by_op[first.context].count
         kernels.append(_kernel(r.first_backward, flops, nbytes, count, rate, hardware))
     return Fused(frozenset(replaced), frozenset(inside), tuple(kernels), note(program, plan))
@@ -111,6 +109,16 @@ def _regions(program, plan) -> list:
 def _kernel(op: int, flops: float, nbytes: float, count: int, rate: float, hw) -> OpEstimate:
     seconds = max(flops / rate, nbytes / hw.hbm_bandwidth) + hw.op_overhead
     return OpEstimate(op, OpCost(flops, 0.0, nbytes), seconds, count)
+
+
+def _read(program, mesh, plan, p) -> float:
+    """A pass's queries, keys, values and output as its dots hold them (the keys and values
+    gathered where the plan gathers them)."""
+    scores, context = plan.ops[p.scores], plan.ops[p.context]
+    held = [*scores.operands, *context.operands, *context.results]
+    made = {p.queries, p.keys, p.values, p.out}
+    values = [*program.ops[p.scores].operands, *program.ops[p.context].operands, p.out]
+    return float(sum(lay.local_nbytes(mesh) for v, lay in zip(values, held) if v in made))
 
 
 def _bytes(mesh, state, *values: int) -> float:
