@@ -18,12 +18,13 @@ FUSED = dataclasses.replace(hw.H100, fused_attention=True)
 SEQ = 2048
 
 
-def lm_program(remat=True, seq=SEQ, layers=2):
-    config = lm.Config(
-        batch=8, seq_len=seq, d_model=512, n_heads=8, d_head=64, d_ff=2048, vocab=4096,
-        n_layers=layers, dtype="bfloat16", master_weights=True, remat=remat,
+def lm_program(**changes):
+    """The zoo LM from shapes: 2 layers, bfloat16, remat, ``changes`` on top."""
+    fields = dict(
+        batch=8, seq_len=SEQ, d_model=512, n_heads=8, d_head=64, d_ff=2048, vocab=4096,
+        n_layers=2, dtype="bfloat16", master_weights=True, remat=True,
     )  # fmt: skip
-    ex = build("lm", config, abstract=True)
+    ex = build("lm", lm.Config(**{**fields, **changes}), abstract=True)
     return wb.capture(ex.fn, *ex.args)
 
 
@@ -64,7 +65,7 @@ def test_a_fused_attention_costs_its_kernels_and_not_its_logits(program):
 
 
 def test_without_remat_the_fused_step_does_not_hold_the_probabilities():
-    program = lm_program(remat=False, seq=4096)
+    program = lm_program(remat=False, seq_len=4096)
     s = wb.Session(program, wb.Mesh({"data": 8}), [wb.BP("data")])
     written, fused = s.estimate(hw.H100), s.estimate(FUSED)
     # the forward keeps each layer's probabilities (1 x 8 heads x 4096^2 in bfloat16) for the
@@ -115,12 +116,7 @@ def test_the_rate_falls_back_to_the_matmuls_and_bad_shares_are_refused():
 
 
 def test_a_grouped_query_attention_is_fused():
-    config = lm.Config(
-        batch=8, seq_len=1024, d_model=512, n_heads=8, n_kv_heads=2, d_head=64, d_ff=1408,
-        mlp="swiglu", vocab=4096, n_layers=2, dtype="bfloat16", remat=True,
-    )  # fmt: skip
-    ex = build("lm", config, abstract=True)
-    program = wb.capture(ex.fn, *ex.args)
+    program = lm_program(seq_len=1024, n_kv_heads=2, d_ff=1408, mlp="swiglu", master_weights=False)
     s = wb.Session(program, wb.Mesh({"data": 2, "model": 2}), [wb.BP("data"), wb.MP("model")])
     e = s.estimate(FUSED)
     assert e.note == "" and len(kernels(e, program)) == 6
@@ -128,12 +124,8 @@ def test_a_grouped_query_attention_is_fused():
 
 
 def test_a_kernel_reads_the_keys_and_values_as_the_plan_gathers_them():
-    config = lm.Config(
-        batch=1, seq_len=8192, d_model=1024, n_heads=8, d_head=128, d_ff=4096, vocab=4096,
-        n_layers=2, dtype="bfloat16", remat=True,
-    )  # fmt: skip
-    ex = build("lm", config, abstract=True)
-    program = wb.capture(ex.fn, *ex.args)
+    changes = dict(batch=1, seq_len=8192, d_model=1024, d_head=128, d_ff=4096)
+    program = lm_program(**changes, master_weights=False)
     s = wb.Session(program, wb.Mesh({"seq": 8}), [wb.CP("seq", dim=1)])
     e = s.estimate(FUSED)
     whole = 8192 * 8 * 128 * 2  # one sequence's keys (or values), gathered on every device

@@ -80,8 +80,11 @@ class StageCuts:
 
     def stage_of(self, op: int) -> int | None:
         """The stage holding op ``op`` (None: looped or unplaced)."""
-        held = (s.index for s in self.stages if op in {*s.forward, *s.backward, *s.optimizer})
-        return next(held, None)
+        return self.holders().get(op)
+
+    def holders(self) -> dict[int, int]:
+        """Op -> the (virtual) stage holding it: its forward, backward and optimizer ops."""
+        return {o: s.index for s in self.stages for o in (*s.forward, *s.backward, *s.optimizer)}
 
 
 def stage_cuts(program, stages, *, cost=None, layers=None) -> StageCuts:

@@ -133,8 +133,7 @@ def breakdown(program, mesh, hardware, estimate, extra_attention_s: float = 0.0)
     pe = estimate.pipeline
     if pe is not None:  # the busiest stage's passes by kind, and its bubble
         busy = estimate.compute_s + estimate.communication_s
-        stage = max(range(pe.schedule.stages), key=pe.busy)
-        matmul, attention = pe.kinds[stage] if pe.kinds else (0.0, 0.0)
+        matmul, attention = pe.kinds[pe.busiest] if pe.kinds else (0.0, 0.0)
         other = max(0.0, estimate.compute_s - matmul - attention)
         bubble = max(0.0, estimate.step_s - busy)
         exposed = estimate.communication_s

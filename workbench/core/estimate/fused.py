@@ -35,12 +35,11 @@ BACKWARD = 2.5  # a fused backward's FLOPs over its forward's
 @dataclass(frozen=True)
 class Fused:
     """What fused kernels replace: ``ops`` (priced by ``kernels`` instead) and ``inside``
-    (values that never reach memory); ``note`` says what is priced as written."""
+    (values that never reach memory); `note` says what is priced as written."""
 
     ops: frozenset[int]
     inside: frozenset[int]
     kernels: tuple[OpEstimate, ...]
-    note: str = ""
 
     def replace(self, estimates) -> list[OpEstimate]:
         """``estimates`` with the ops the kernels replace taken out and the kernels in."""
@@ -54,6 +53,7 @@ def fused(program, mesh, state, plan, hardware, estimates) -> Fused:
     """The fused kernels of every attention the program writes out, on ``hardware``, at the
     local shapes of ``plan`` (``estimates``: the ops' `OpEstimate` as written)."""
     by_op = {e.op: e for e in estimates}
+    outputs = {v for v in program.outputs if isinstance(v, int)}
     replaced: set[int] = set()
     inside: set[int] = set()
     kernels: list[OpEstimate] = []
@@ -67,7 +67,6 @@ def fused(program, mesh, state, plan, hardware, estimates) -> Fused:
         ops = set(r.skipped) | _mask_ops(program, r)
         made = {v for o in ops for v in program.ops[o].results}
         read_outside = {v for v in made if any(u not in ops for u in program.users[v])}
-        outputs = {v for v in program.outputs if isinstance(v, int)}
         inside |= made - read_outside - outputs
         replaced |= ops
         dtype = program.values[r.forward.queries].dtype
@@ -83,7 +82,7 @@ def fused(program, mesh, state, plan, hardware, estimates) -> Fused:
         nbytes += _bytes(mesh, state, r.cotangent, *r.grads)
         count = by_op[first.context].count
         kernels.append(_kernel(r.first_backward, flops, nbytes, count, rate, hardware))
-    return Fused(frozenset(replaced), frozenset(inside), tuple(kernels), note(program, plan))
+    return Fused(frozenset(replaced), frozenset(inside), tuple(kernels))
 
 
 def note(program, plan) -> str:

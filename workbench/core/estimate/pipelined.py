@@ -106,6 +106,11 @@ class PipelineEstimate:
         )
 
     @property
+    def busiest(self) -> int:
+        """The stage that works longest in a step (`busy`)."""
+        return max(range(self.schedule.stages), key=self.busy)
+
+    @property
     def step_s(self) -> float:
         return self.timeline.makespan + max(self.optimizer, default=0.0)
 
@@ -255,13 +260,10 @@ class _Priced:
         self.anatomy = anatomy
         self.batched = batched_values(program)  # 1/M of each per microbatch
         self.time: dict[int, tuple[float, float]] = {}  # op -> (scaled s, whole s) per step
-        self.once = 0.0  # collectives for the program's outputs: once per step
-        self.once_kinds: dict[str, float] = {}
-        self.stage_at = {
-            o: st.index for st in cuts.stages for o in (*st.forward, *st.backward, *st.optimizer)
-        }
-        #: per virtual stage, its outputs' collectives (seconds, by kind), once per step
-        self.outputs: dict[int, tuple[float, dict[str, float]]] = defaultdict(lambda: (0.0, {}))
+        self.stage_at = cuts.holders()
+        #: the program's outputs' collectives, once per step, by kind (seconds): per virtual
+        #: stage whose ops make the output, None for those every stage runs
+        self.outputs: dict[int | None, dict[str, float]] = defaultdict(dict)
         self.kinds: dict[int, dict[str, tuple[float, float]]] = {}  # op -> kind -> as time
         self.work: dict[int, tuple[float, int]] = {}  # op -> (FLOPs, kernels) per step
         self.attention = attention_ops(program)
@@ -302,13 +304,8 @@ class _Priced:
             if op is None:  # an output's: on the stage whose ops make it, else every stage's
                 v = c.collective.value
                 made = self.program.values[v].producer if v is not None else None
-                at = self.stage_at.get(self.top[made]) if made is not None else None
-                total, kinds = (self.once, self.once_kinds) if at is None else self.outputs[at]
-                kinds[kind] = kinds.get(kind, 0.0) + c.total_s
-                if at is None:
-                    self.once += c.total_s
-                else:
-                    self.outputs[at] = (total + c.total_s, kinds)
+                by = self.outputs[self.stage_at.get(self.top[made]) if made is not None else None]
+                by[kind] = by.get(kind, 0.0) + c.total_s
                 continue
             per_mb = c.total_s / self.M if c.collective.value in self.batched else c.total_s
             s, w = self.time.get(op, (0.0, 0.0))
@@ -321,12 +318,12 @@ class _Priced:
         """Seconds per step of the collectives a stage's ``chunks`` run, by kind: a forward
         or backward op's M times a microbatch's, an optimizer op's once, as `stage_times`
         adds them; and those every stage runs once (`once_per_stage`)."""
-        out = dict(self.once_kinds)
+        out = dict(self.outputs.get(None, {}))
         for o, _ in self.cuts.unplaced:
             for kind, (_, whole) in self.kinds.get(o, {}).items():
                 out[kind] = out.get(kind, 0.0) + whole
         for st in chunks:
-            for kind, seconds in self.outputs.get(st.index, (0.0, {}))[1].items():
+            for kind, seconds in self.outputs.get(st.index, {}).items():
                 out[kind] = out.get(kind, 0.0) + seconds
             for o, phase, part in self._placed(st):
                 for kind, (per_mb, whole) in self.kinds.get(o, {}).items():
@@ -384,7 +381,7 @@ class _Priced:
                 w += per_mb * part
             else:
                 b += per_mb * part
-        return f, b, w, o + self.outputs.get(st.index, (0.0, {}))[0]
+        return f, b, w, o + sum(self.outputs.get(st.index, {}).values())
 
     def stage_kinds(self, st) -> tuple[float, float]:
         """One microbatch's matmul and attention seconds on (virtual) stage ``st``, forward
@@ -403,7 +400,8 @@ class _Priced:
     def once_per_stage(self) -> float:
         """What every stage runs once a step beside its chunks' optimizers: the ops reading
         several stages' values (`StageCuts.unplaced`), the collectives for the outputs."""
-        return sum(self.time.get(o, (0.0, 0.0))[1] for o, _ in self.cuts.unplaced) + self.once
+        unplaced = sum(self.time.get(o, (0.0, 0.0))[1] for o, _ in self.cuts.unplaced)
+        return unplaced + sum(self.outputs.get(None, {}).values())
 
     def stage_work(self, st) -> tuple[float, int]:
         """The stage's FLOPs and kernels per step (a forward or backward kernel launches once

@@ -268,7 +268,7 @@ def _pipelined(program, mesh, state, plan, hardware, pipeline, overlap) -> Estim
     """A pipelined step as an `Estimate` (see ``Estimate.pipeline``)."""
     pe = price_planned(program, mesh, state, plan, hardware, pipeline, overlap)
     S = pe.schedule.stages
-    busiest = max(range(S), key=pe.busy)
+    busiest = pe.busiest
     sends = pe.sends_s(busiest)
     others = pe.collectives[busiest] if pe.collectives else {}
     at = max(range(S), key=lambda s: pe.peak[s])

@@ -34,10 +34,10 @@ class Link:
     level open (it joins everything), and the first level's may come from
     ``Hardware.devices_per_node``. ``sources``: figure (a key of `figures`) -> where it
     comes from; not part of equality or the repr. ``efficiency``: per kind, the share of
-    ``bandwidth`` it reaches (measured), so a link priced slower prices its kinds slower too. A torus level may know its ``dims``
-    (one group's torus, fastest dimension first; their product is ``group_size``) and
-    ``wraps_at`` (a dimension has its wraparound link when its size is a multiple of
-    this); see ``torus.py``."""
+    ``bandwidth`` it reaches (measured), so a link priced slower prices its kinds slower
+    too. A torus level may know its ``dims`` (one group's torus, fastest dimension first;
+    their product is ``group_size``) and ``wraps_at`` (a dimension has its wraparound link
+    when its size is a multiple of this); see ``torus.py``."""
 
     name: str
     bandwidth: float
