@@ -107,6 +107,21 @@ def test_invalid_specs_are_refused_with_a_reason():
         dataclasses.replace(spec(), devices_per_node=0)
 
 
+def test_a_links_measured_shares_scale_with_it_and_bad_ones_are_refused():
+    link = Link("x", 100e9, 1e-6, efficiency=(("all-gather", 0.8),))
+    assert link.figures_for("all-gather") == (pytest.approx(80e9), 1e-6)
+    assert link.figures_for("all-to-all") == (100e9, 1e-6)  # no share: the link's
+    slower = dataclasses.replace(link, bandwidth=10e9)
+    assert slower.figures_for("all-gather")[0] == pytest.approx(8e9)
+    assert link.figures()["all-gather.efficiency"] == 0.8
+    with pytest.raises(HardwareError, match=r"efficiency \('all-gather', 0\); give \(kind, share"):
+        Link("x", 1e9, 0, efficiency=(("all-gather", 0),))
+    with pytest.raises(HardwareError, match="one of"):
+        Link("x", 1e9, 0, efficiency=(("broadcast", 0.5),))
+    with pytest.raises(HardwareError, match="efficiency twice"):
+        Link("x", 1e9, 0, efficiency=(("all-gather", 0.5), ("all-gather", 0.6)))
+
+
 def test_transpose_bandwidth_as_measured_points():
     flat = spec()
     assert flat.copy_bandwidth(1 << 20) == flat.hbm_bandwidth  # none given
