@@ -82,11 +82,27 @@ def test_a_pipelined_step_prices_its_attention_fused(program):
     assert fused.step_s < written.step_s
 
 
-def test_a_ring_keeps_its_own_pricing_and_the_note_says_so(program):
-    s = wb.Session(program, wb.Mesh({"seq": 8}), [wb.CP("seq", dim=1, kind="ring")])
-    e = s.estimate(FUSED)
-    assert "priced as written" in e.note and "a ring runs it" in e.note
-    assert e.step_s == pytest.approx(s.estimate(hw.H100).step_s, rel=1e-9)
+@pytest.mark.parametrize("balance", [False, True])
+def test_a_ring_runs_fused_kernels_block_by_block(program, balance):
+    mesh = wb.Mesh({"seq": 8})
+    s = wb.Session(program, mesh, [wb.CP("seq", dim=1, kind="ring", balance=balance)])
+    written, fused = s.estimate(hw.H100), s.estimate(FUSED)
+    assert fused.breakdown.attention_s < written.breakdown.attention_s / 2
+    assert "priced as written" not in fused.note
+    # one kernel per pass, the replayed one left out by the ring (the forward's output is
+    # kept): 2 layers x (forward, recomputation, backward)
+    ks = kernels(fused, program)
+    assert len(ks) == 6
+    # the busiest device computes every block of its queries' rows (8 sequences, an eighth
+    # of their queries, every key); its transfers hide behind them
+    per_layer = 4 * 8 * (SEQ // 8) * SEQ * 512
+    assert sorted(k.cost.flops / per_layer for k in ks) == pytest.approx([1, 1, 1, 1, 2.5, 2.5])
+    permutes = [c for c in fused.collectives if c.collective.kind == "collective-permute"]
+    assert permutes and sum(c.behind_s for c in permutes) > 0
+    if balance:  # about half of each block is skipped, as the note says
+        assert "balanced ring passes skip" in fused.note
+        unbalanced = wb.Session(program, mesh, [wb.CP("seq", dim=1, kind="ring")])
+        assert fused.breakdown.attention_s < 0.7 * unbalanced.estimate(FUSED).breakdown.attention_s
 
 
 def test_an_attention_with_a_dropout_is_priced_as_written_and_the_note_says_why():

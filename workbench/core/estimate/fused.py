@@ -15,8 +15,11 @@ such a kernel, at the op its pass ends at:
   forward's two), and the bytes of those with the output's gradient and the three it gives.
 
 The ops between are priced by the kernel; what they make never reaches memory, nor the
-mask's arrays built from counts alone. An attention with no region (a dropout between its
-dots, a loop around it) or that a ring runs is priced as written, and the note says so.
+mask's arrays built from counts alone. A ring (``CP(kind="ring")``) runs the same kernels
+block by block: priced whole here, its blocks' transfers hidden behind them, its balanced
+steps' hidden blocks skipped and its replayed pass left out by ``estimate/rings.py``. An
+attention with no region (a dropout between its dots, a loop around it) is priced as
+written, and the note says so.
 """
 
 from __future__ import annotations
@@ -57,13 +60,15 @@ def fused(program, mesh, state, plan, hardware, estimates) -> Fused:
     replaced: set[int] = set()
     inside: set[int] = set()
     kernels: list[OpEstimate] = []
-    for r in _regions(program, plan):
+    rings = set(plan.rings) | set(plan.skipped)
+    for r in _regions(program):
         if isinstance(r, str):
             continue
         passes = [p for p in (r.forward, r.replay) if p is not None]
         if any(p.scores not in by_op or p.context not in by_op for p in passes):
             continue  # the plan does not run it
-        kept = _kept(program, mesh, state, r.forward)
+        # a ring's busiest device computes every block; a balanced ring's skips are its own
+        kept = 1.0 if r.skipped & rings else _kept(program, mesh, state, r.forward)
         ops = set(r.skipped) | _mask_ops(program, r)
         made = {v for o in ops for v in program.ops[o].results}
         read_outside = {v for v in made if any(u not in ops for u in program.users[v])}
@@ -85,9 +90,9 @@ def fused(program, mesh, state, plan, hardware, estimates) -> Fused:
     return Fused(frozenset(replaced), frozenset(inside), tuple(kernels))
 
 
-def note(program, plan) -> str:
+def note(program) -> str:
     """Which attentions a fused estimate prices as written, and why ("" when none)."""
-    reasons = [r for r in _regions(program, plan) if isinstance(r, str)]
+    reasons = [r for r in _regions(program) if isinstance(r, str)]
     if not reasons:
         return ""
     n = len(reasons)
@@ -95,14 +100,9 @@ def note(program, plan) -> str:
     return f"{n} attention{'s' * (n != 1)} priced as written, not fused ({why})"
 
 
-def _regions(program, plan) -> list:
+def _regions(program) -> list:
     """Per attention, its `Region`, or why a fused kernel does not price it."""
-    rings = set(plan.rings) | set(plan.skipped)
-    out = []
-    for a in program.anatomy().layers.attention:
-        r = region(program, a.scores, a.context)
-        out.append("a ring runs it" if not isinstance(r, str) and r.skipped & rings else r)
-    return out
+    return [region(program, a.scores, a.context) for a in program.anatomy().layers.attention]
 
 
 def _kernel(op: int, flops: float, nbytes: float, count: int, rate: float, hw) -> OpEstimate:

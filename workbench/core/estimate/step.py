@@ -185,13 +185,13 @@ def estimate(program, mesh: Mesh, state, plan, hardware: Hardware, *, overlap="n
         ops=tuple(ops),
         collectives=tuple(collectives),
         fresh_memory_s=fresh_s,
-        note=joined(*plan.notes, _balance_note(plan, parts), _fused_note(program, plan, hardware)),
+        note=joined(*plan.notes, _balance_note(plan, parts), _fused_note(program, hardware)),
     )
     return dataclasses.replace(e, breakdown=breakdown(program, mesh, hardware, e, ring_s))
 
 
-def _fused_note(program, plan, hardware) -> str:
-    return fused_note(program, plan) if hardware.fused_attention else ""
+def _fused_note(program, hardware) -> str:
+    return fused_note(program) if hardware.fused_attention else ""
 
 
 def _balance_note(plan, parts) -> str:
@@ -228,7 +228,7 @@ def repriced(estimate_: Estimate, program, mesh: Mesh, state, plan, hardware: Ha
         step_s=overlapped(estimate_.compute_s, communication_s, estimate_.overlap, hidden),
         by_kind=by_kind,
         collectives=tuple(collectives),
-        note=joined(*plan.notes, _balance_note(plan, parts), _fused_note(program, plan, hardware)),
+        note=joined(*plan.notes, _balance_note(plan, parts), _fused_note(program, hardware)),
     )
     ring_s = rings.recompute_s(plan, e.ops) - rings.skipped_s(plan, e.ops, parts)
     return dataclasses.replace(e, breakdown=breakdown(program, mesh, hardware, e, ring_s))
@@ -294,6 +294,6 @@ def _pipelined(program, mesh, state, plan, hardware, pipeline, overlap) -> Estim
         collectives=(),
         kernels=pe.kernels[busiest],
         pipeline=pe,
-        note=_fused_note(program, plan, hardware),
+        note=_fused_note(program, hardware),
     )
     return dataclasses.replace(e, breakdown=breakdown(program, mesh, hardware, e))
