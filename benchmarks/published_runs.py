@@ -28,6 +28,7 @@ chip's 197 TFLOP/s.
 """
 
 import argparse
+import functools
 
 import _common
 
@@ -60,8 +61,9 @@ def maxtext_flops(d: int, heads: int, d_ff: int, layers: int, batch: int) -> flo
     return 6 * n * SEQ * batch + 12 * heads * layers * HEAD_DIM * SEQ**2 * batch
 
 
-def compare(size: str, slices: int, overlap="prefetch"):
-    """``(published step s, the estimate, MaxText's FLOPs per device)`` for one run."""
+@functools.cache
+def session(size: str, slices: int) -> wb.Session:
+    """One run's step from shapes, planned as MaxText runs it (captured once)."""
     d, heads, d_ff, layers, per_device = MODELS[size]
     config = lm.Config(
         batch=per_device * 256 * slices,
@@ -84,9 +86,15 @@ def compare(size: str, slices: int, overlap="prefetch"):
     else:
         mesh = {"slices": slices, "data": 256}
         schedule = [wb.BP("slices"), wb.BP("data"), wb.Z3("data")]
+    return wb.Session(program, wb.Mesh(mesh), schedule)
+
+
+def compare(size: str, slices: int, overlap="prefetch", hardware=hw.TPU_V5E):
+    """``(published step s, the estimate, MaxText's FLOPs per device)`` for one run."""
+    d, heads, d_ff, layers, per_device = MODELS[size]
     # overlapped as XLA's scheduler on TPU overlaps FSDP: weights gathered ahead of their
     # use, gradients reduced behind later work, nothing else hidden
-    estimate = wb.Session(program, wb.Mesh(mesh), schedule).estimate(hw.TPU_V5E, overlap=overlap)
+    estimate = session(size, slices).estimate(hardware, overlap=overlap)
     flops = maxtext_flops(d, heads, d_ff, layers, per_device)
     return flops / (PUBLISHED[slices][size][0] * 1e12), estimate, flops
 

@@ -61,13 +61,30 @@ def test_megatrons_runs_are_set_up_as_their_scripts_ran_them(fidelity):
     assert flops == pytest.approx(closed)
 
 
-def test_the_fitted_constant_scales_the_a100s_kernels_and_not_its_links(fidelity):
+def test_the_fitted_constants_scale_only_what_they_name(fidelity):
     a100 = fidelity.hw.A100
     slower = fidelity.kernels_at(a100, fidelity.PYTORCH_2012)
     assert 0.5 < fidelity.PYTORCH_2012 < 1.0
     assert slower.flops["bfloat16"] == pytest.approx(a100.flops["bfloat16"] * fidelity.PYTORCH_2012)
     assert slower.hbm_bandwidth == pytest.approx(a100.hbm_bandwidth * fidelity.PYTORCH_2012)
     assert slower.links == a100.links and slower.name != a100.name
+    # TPU v5e's matmuls only: the peak, the memory and the links as the preset has them
+    v5e = fidelity.hw.TPU_V5E
+    chip = fidelity.matmuls_at(v5e, fidelity.V5E_MATMUL)
+    assert 0.5 < fidelity.V5E_MATMUL < 1.0
+    assert chip.matmul_flops("bfloat16") == pytest.approx(
+        v5e.peak_flops("bfloat16") * fidelity.V5E_MATMUL
+    )
+    assert (chip.flops, chip.hbm_bandwidth, chip.links) == (v5e.flops, v5e.hbm_bandwidth, v5e.links)
+
+
+def test_the_fit_finds_the_share_at_which_the_median_ratio_is_one(fidelity, capsys):
+    # a step of 1 s of compute at full share plus 0.5 s of communication, published 2 s:
+    # the median ratio is 1 at share 2/3
+    def rows(share):
+        return [{"step_s": 1 / share + 0.5, "published_s": 2.0}] * 3
+
+    assert fidelity.fit(rows, steps=16) == pytest.approx(2 / 3, abs=1e-3)
 
 
 @pytest.mark.slow  # about 10 s: the 3.6B step from shapes, on 64 A100, twice
