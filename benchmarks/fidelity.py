@@ -14,6 +14,10 @@ FLOPs accounting and its published throughput, and MFU is compared in that accou
 - **MaxText on TPU v5e** (its README's table, 15 runs: 16B, 32B and 64B on 1 to 16
   v5e-256 slices), as ``benchmarks/published_runs.py`` sets them up; matmuls at
   ``V5E_MATMUL`` of the chip's peak, a fitted constant.
+- **MaxText on TPU v5p** (its README's v5p table at 2024-03-22, the 8 runs of 32B to 1,024B
+  on 64 to 2,048 chips whose scripts it publishes), as ``benchmarks/published_v5p.py``
+  sets them up: FSDP with tensor parallelism, remat policies, flash attention; the
+  preset as it is.
 - **H100** (``benchmarks/published_h100.py``, attention fused): Megatron-LM's README
   weak-scaling table (9 runs, 1.7B to 462B on up to 6,144 H100s, 5 pipelined), Llama 3
   405B's two 8K rows of Table 4 (8,192 and 16,384 H100s, TP 8, PP 16 interleaved), and
@@ -23,10 +27,10 @@ FLOPs accounting and its published throughput, and MFU is compared in that accou
 **The split** (fixed before any constant was fitted): within each source, in table order,
 the even rows fit and the odd rows are held out. Two constants are fitted, each on its
 source's "fit" rows alone (``--fit`` fits them again): ``PYTORCH_2012`` on Table 1's and
-``V5E_MATMUL`` on MaxText's. The H100 runs use the preset as it is (none fitted), so both
-their halves are held out in effect.
+``V5E_MATMUL`` on MaxText's v5e rows. The H100 and v5p runs use the presets as they are
+(none fitted), so both their halves are held out in effect.
 
-    python benchmarks/fidelity.py [--source megatron h100 maxtext] [--fit]
+    python benchmarks/fidelity.py [--source megatron h100 maxtext v5p] [--fit]
 """
 
 import argparse
@@ -39,6 +43,7 @@ import _common
 import pipeline
 import published_h100
 import published_runs
+import published_v5p
 
 import workbench as wb
 from workbench.core import hardware as hw
@@ -48,7 +53,7 @@ A100_PEAK = 312e12
 # The one fitted constant (``--fit``, on the "fit" rows alone): the share of the roofline
 # that the kernels of Table 1's runs reached (PyTorch 20.12's container, the scripts'
 # fp16, attention unfused with dropout), applied to A100's peak FLOP/s and memory bandwidth
-PYTORCH_2012 = 0.747
+PYTORCH_2012 = 0.751
 # The second (``--fit``, on MaxText's fit rows alone): the share of TPU v5e's bfloat16 peak
 # its matmuls reach (the preset prices them at the peak: no published measurement found)
 V5E_MATMUL = 0.894
@@ -162,21 +167,25 @@ def maxtext(size: str, slices: int, matmuls: float = V5E_MATMUL) -> dict:
     )
 
 
-def runs(sources):
-    """Every run of ``sources``, each with its split."""
+def runs(sources, kernels: float = PYTORCH_2012, matmuls: float = V5E_MATMUL):
+    """Every run of ``sources``, each with its split (the fitted constants as given)."""
     out = []
     if "megatron" in sources:
         for i, name in enumerate(sorted(MEGATRON, key=float)):
-            out.append({**megatron(name), "split": split(i)})
+            out.append({**megatron(name, kernels), "split": split(i)})
             print(f"estimated Megatron {name}B", flush=True)
     if "h100" in sources:
         for source, table in published_h100.runs():
             for i, (name, run) in enumerate(table):
                 out.append({**run(), "split": split(i)})
                 print(f"estimated {source}: {name}", flush=True)
+    if "v5p" in sources:
+        for i, (size, chips, _) in enumerate(published_v5p.PUBLISHED):
+            out.append({**published_v5p.run(size, chips), "split": split(i)})
+            print(f"estimated MaxText {size} on {chips} v5p chips", flush=True)
     if "maxtext" in sources:
         for i, (size, slices) in enumerate(maxtext_runs()):
-            out.append({**maxtext(size, slices), "split": split(i)})
+            out.append({**maxtext(size, slices, matmuls), "split": split(i)})
             print(f"estimated MaxText {size} on {slices} slices", flush=True)
     return out
 
@@ -209,15 +218,15 @@ def summary(rows) -> list[list]:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sources = ["megatron", "h100", "maxtext"]
+    sources = ["megatron", "h100", "maxtext", "v5p"]
     parser.add_argument("--source", nargs="+", default=sources, choices=sources)
     parser.add_argument("--fit", action="store_true", help="fit both constants again first")
     args = parser.parse_args()
     start = time.perf_counter()
+    kernels, mxu = fitted() if args.fit else (PYTORCH_2012, V5E_MATMUL)
     if args.fit:
-        kernels, mxu = fitted()
-        print(f"fitted: PYTORCH_2012 = {kernels}, V5E_MATMUL = {mxu}")
-    rows = runs(args.source)
+        print(f"fitted: PYTORCH_2012 = {kernels}, V5E_MATMUL = {mxu} (the runs below use them)")
+    rows = runs(args.source, kernels, mxu)
     print(
         f"\nPublished runs against the presets; {_common.machine()}; {time.perf_counter() - start:.0f} s\n"
     )
@@ -238,7 +247,7 @@ def main():
     print(_common.table([*headers, "MFU published / ours"], table))
     print(
         f"\nFitted constants: 2, each on its source's fit rows (A100: Table 1's kernels at "
-        f"{PYTORCH_2012} of the roofline; TPU v5e: matmuls at {V5E_MATMUL} of the peak). "
+        f"{kernels} of the roofline; TPU v5e: matmuls at {mxu} of the peak). "
         "Per chip family and half:\n"
     )
     headers = ["chip", "half", "runs", "median error", "largest error", "bias (median ratio)"]

@@ -227,3 +227,38 @@ def test_two_kv_heads_on_a_four_way_axis_conflict_where_the_queries_regroup():
     ex = build("lm", "tiny", **LLAMA)
     s = wb.Session(wb.capture(ex.fn, *ex.args), wb.Mesh({"data": 2, "model": 4}), [wb.MP("model")])
     assert s.conflicts and all("reshape" in c.op for c in s.conflicts)
+
+
+# -- remat policies -------------------------------------------------------------------------
+
+
+def test_a_remat_policy_keeps_what_it_names_and_computes_the_same_loss():
+    """MaxText's "minimal" (jax.checkpoint_policies.dots_with_no_batch_dims_saveable) keeps
+    the projections' outputs: the step recomputes less than full remat and keeps more."""
+    sizes = dict(seq_len=64, d_model=64, n_heads=4, d_head=16, d_ff=256, n_layers=2)
+    steps = {
+        name: build("lm", "tiny", **sizes, **options)
+        for name, options in {
+            "none": {},
+            "full": dict(remat=True),
+            "minimal": dict(remat=True, remat_policy="dots_with_no_batch_dims_saveable"),
+        }.items()
+    }
+    programs = {k: wb.capture(ex.fn, *ex.args) for k, ex in steps.items()}
+    e = {k: wb.Session(p, wb.Mesh({"data": 2})).estimate("H100") for k, p in programs.items()}
+    assert e["none"].flops < e["minimal"].flops < e["full"].flops
+    assert e["full"].memory.at_peak["activations"] < e["minimal"].memory.at_peak["activations"]
+    losses = {k: float(ex.fn(*ex.args).loss) for k, ex in steps.items()}
+    assert losses["minimal"] == pytest.approx(losses["none"]) == losses["full"]
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (dict(remat=True, remat_policy="minimal"), "dots_with_no_batch_dims_saveable"),
+        (dict(remat_policy="dots_saveable"), "remat=False"),
+    ],
+)
+def test_a_bad_remat_policy_says_what_would_work(options, says):
+    with pytest.raises(ConfigError, match=says):
+        lm.Config(**options)

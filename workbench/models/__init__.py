@@ -128,7 +128,7 @@ def build(
     args = shapes if abstract else make()
     step, options = model.step, {}
     if getattr(config, "remat", False):  # the step recomputes its blocks in the backward pass
-        options["remat"] = True
+        options["remat"] = getattr(config, "remat_policy", None) or True
     if getattr(config, "n_experts", 0):  # the step routes its experts as the config says
         options["config"] = config
     if options:

@@ -57,6 +57,9 @@ class Config(Presets):
     # rematerialise each block in the backward pass (``jax.checkpoint``): only the blocks'
     # inputs are kept from the forward pass, as large models are trained
     remat: bool = False
+    # what remat keeps (a name in ``jax.checkpoint_policies``, e.g. MaxText's "minimal",
+    # "dots_with_no_batch_dims_saveable": the projections' outputs); None: only the inputs
+    remat_policy: str | None = None
     # mixture of experts (0: the dense MLP): top-k routing, GShard's capacity per sequence,
     # experts of width d_expert (None: d_ff), DeepSeek's shared experts, the dispatch
     # ("einsum", "gather" or the dropless "ragged") and the load-balancing loss's weight
@@ -95,6 +98,18 @@ class Config(Presets):
             )
         if self.mlp not in MLPS:
             raise ConfigError(f"Config.mlp={self.mlp!r}: no such MLP; choose one of {MLPS}.")
+        policy = self.remat_policy
+        if policy is not None and not callable(getattr(jax.checkpoint_policies, str(policy), 0)):
+            names = sorted(n for n in dir(jax.checkpoint_policies) if n.endswith("saveable"))
+            raise ConfigError(
+                f"Config.remat_policy={policy!r}: not a policy in jax.checkpoint_policies; "
+                f"give one of {', '.join(names)}, or None to keep only each block's input."
+            )
+        if policy is not None and not self.remat:
+            raise ConfigError(
+                f"Config.remat_policy={policy!r} says what remat keeps, but remat=False; "
+                "give remat=True with it, or leave remat_policy None."
+            )
 
     @property
     def kv_heads(self) -> int:
@@ -323,16 +338,20 @@ def _scanned(layers: dict, x: jax.Array, run_block) -> tuple[jax.Array, Any]:
 
 
 def loss_fn(
-    params: dict, batch: dict, *, remat: bool = False, config: Config | None = None
+    params: dict, batch: dict, *, remat: bool | str = False, config: Config | None = None
 ) -> jax.Array:
     """Next-token cross-entropy, plus ``config.aux_loss`` times the experts' load-balancing
     loss summed over the layers. Stacked layers (a dict) run under scan, a list unrolled;
-    ``remat`` recomputes each block in the backward pass."""
+    ``remat`` recomputes each block in the backward pass (a name: what the
+    ``jax.checkpoint_policies`` policy of that name saves is kept instead)."""
     with jax.named_scope("embed"):
         x = params["embed"][batch["tokens"]]
     run = _unrolled if isinstance(params["layers"], list | tuple) else _scanned
     run_block = functools.partial(block, config=config)
-    x, aux = run(params["layers"], x, jax.checkpoint(run_block) if remat else run_block)
+    if remat:
+        policy = getattr(jax.checkpoint_policies, remat) if isinstance(remat, str) else None
+        run_block = jax.checkpoint(run_block, policy=policy)
+    x, aux = run(params["layers"], x, run_block)
     with jax.named_scope("ln_f"):
         x = layer_norm(params["ln_f"], x)
     with jax.named_scope("loss"):
@@ -374,14 +393,14 @@ def train_step(
     batch: dict,
     *,
     learning_rate: float = 3e-3,
-    remat: bool = False,
+    remat: bool | str = False,
     config: Config | None = None,
 ) -> StepOutput:
     """One Adam step on next-token cross-entropy; gradients are tagged ``grads/<param path>``.
 
     Unrolled or scanned follows the parameters: a list of layers (``init``) or stacked
     layers (``init_scan``). ``remat`` recomputes each block in the backward pass
-    (``Config.remat``; ``build`` passes it). ``config`` routes the experts of an MoE
+    (``Config.remat``, a name: ``Config.remat_policy``; ``build`` passes it). ``config`` routes the experts of an MoE
     (``build`` passes it); the loss then includes the weighted load-balancing loss.
     """
     loss_of = functools.partial(loss_fn, remat=remat, config=config)

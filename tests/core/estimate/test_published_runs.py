@@ -117,3 +117,28 @@ def test_a_context_parallel_run_on_h100_is_within_25_percent_with_its_attention_
     row = fidelity.published_h100.llama3_70b_cp()
     assert 0.75 < row["step_s"] / row["published_s"] < 1.25, row
     assert "priced as written" not in row["note"] and "balanced ring passes skip" in row["note"]
+
+
+@pytest.fixture(scope="module")
+def v5p():
+    yield from _imported("published_v5p")
+
+
+def test_maxtexts_v5p_models_are_scaled_as_its_config_scales_them(v5p):
+    # pyconfig.get_individual_scales: 32 -> embedding and heads x4, MLP x4, layers x2
+    assert v5p.dims(32) == dict(emb=8192, heads=64, mlp=28672, layers=32)
+    assert v5p.dims(128) == dict(emb=8192, heads=128, mlp=57344, layers=64)
+    assert v5p.dims(1024) == dict(emb=16384, heads=256, mlp=114688, layers=128)
+    c = v5p.config("32B", 64)
+    assert (c.batch, c.remat_policy) == (6 * 64, "dots_with_no_batch_dims_saveable")
+    # about 32B parameters, as the name says
+    assert 31e9 < c.n_params < 33e9
+    # MaxText's FLOPs: 6 N T B over a device's batch, attention causal, on top
+    assert v5p.maxtext_flops(c, 6) > 6 * c.n_params * 2048 * 6
+
+
+@pytest.mark.slow  # about 10 s: the 32B step from shapes, on 64 v5p chips
+def test_maxtexts_32b_run_on_v5p_is_within_15_percent(v5p):
+    row = v5p.run("32B", 64)
+    assert 0.85 < row["step_s"] / row["published_s"] < 1.15, row
+    assert row["mfu"][0] == pytest.approx(328 / 459)

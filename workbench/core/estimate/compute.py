@@ -185,8 +185,9 @@ class Compute(PlannedStep):
 
 def op_time(cost: OpCost, hardware, dtype=None, matmul: bool = False) -> float:
     """Roofline seconds: max((flops + transcendentals) / rate, bytes / HBM bandwidth), the
-    rate a matmul's (``matmul``: the peak times its measured share, `Hardware.matmul_flops`)
-    or else the dtype's peak.
+    rate a matmul's (``matmul``: the peak times its measured share, `Hardware.matmul_flops`,
+    times what its shape keeps of it on the chip's tiles, ``Hardware.matmul_tiles``) or
+    else the dtype's peak.
 
     One peak per dtype (the matrix unit's): elementwise work really runs on slower
     vector units, but it is almost always memory-bound, so the max rarely changes.
@@ -194,5 +195,7 @@ def op_time(cost: OpCost, hardware, dtype=None, matmul: bool = False) -> float:
     if is_extended(dtype):  # key arrays: the work is on their uint32 words
         dtype = np.uint32
     rate = hardware.matmul_flops(dtype) if matmul else hardware.peak_flops(dtype)
+    if matmul and hardware.matmul_tiles is not None:
+        rate *= hardware.matmul_tiles.share(cost.gemm)
     compute = (cost.flops + cost.transcendentals) / rate
     return max(compute, cost.bytes_accessed / hardware.hbm_bandwidth)

@@ -9,8 +9,7 @@ InfiniBand). Every figure names its source in ``sources``.
 
 A mesh axis runs its collectives on the levels its placement spreads it over
 (``placement.py``; the mesh order's unless ``with_placement`` gives one), unless
-``with_axis_links`` names its link. The collective
-formulas are in ``collectives.py``, the presets in ``presets/``; design notes in README.md.
+``with_axis_links`` names its link. Collectives: ``collectives.py``; presets: ``presets/``.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from workbench.core.hardware.levels import (
 )
 from workbench.core.hardware.placement import Placement, placed, spread
 from workbench.core.hardware.rates import dtype_name, fallback_chain, looked_up
+from workbench.core.hardware.tiles import Tiles
 from workbench.core.hardware.torus import torus_link, with_torus
 from workbench.core.layout.mesh import Mesh
 
@@ -80,6 +80,7 @@ class Hardware:
     #: whether attention runs as fused (flash-style) kernels: the program calls them, or the
     #: compiler rewrites the pattern (``estimate/fused.py``); False: as the program writes it
     fused_attention: bool = False
+    matmul_tiles: Tiles | None = None  # how its matrix units cut a matmul (``tiles.py``)
 
     def __post_init__(self):
         _check_kinds(self)
@@ -191,6 +192,7 @@ class Hardware:
                 tuple(sorted(self.matmul_efficiency.items())),
                 tuple(sorted(self.attention_efficiency.items())),
                 self.fused_attention,
+                self.matmul_tiles,
                 self.links,
                 self.axis_links,
                 self.op_overhead,
@@ -246,6 +248,7 @@ class Hardware:
         out = {f"flops.{k}": v for k, v in self.flops.items()}
         out |= {f"matmul_efficiency.{k}": v for k, v in self.matmul_efficiency.items()}
         out |= {f"attention_efficiency.{k}": v for k, v in self.attention_efficiency.items()}
+        out |= self.matmul_tiles.figures() if self.matmul_tiles is not None else {}
         out["hbm_bandwidth"] = self.hbm_bandwidth
         out["memory_bytes"] = self.memory_bytes
         for i, x in enumerate(self.links):

@@ -25,6 +25,8 @@ class OpCost:
     flops: float = 0.0
     transcendentals: float = 0.0
     bytes_accessed: float = 0.0
+    # a matmul's (batch, rows, columns, contraction), for the chip's tiles (a sum has none)
+    gemm: tuple[int, int, int, int] | None = None
 
     def __add__(self, other: OpCost) -> OpCost:
         return OpCost(

@@ -27,9 +27,13 @@ from workbench.core.ops.registry import register
 
 
 def _dot_general_cost(params, operands, results):
-    (lc, _), _ = params["dimension_numbers"]
-    k = math.prod(operands[0].shape[d] for d in lc)
-    return OpCost(2.0 * elements(results[0]) * k, 0.0, io_bytes(operands, results))
+    (lc, rc), (lb, rb) = params["dimension_numbers"]
+    lhs, rhs = operands[0].shape, operands[1].shape
+    k = math.prod(lhs[d] for d in lc)
+    rows = math.prod(n for d, n in enumerate(lhs) if d not in lc and d not in lb)
+    columns = math.prod(n for d, n in enumerate(rhs) if d not in rc and d not in rb)
+    gemm = (math.prod(lhs[d] for d in lb), rows, columns, k)
+    return OpCost(2.0 * elements(results[0]) * k, 0.0, io_bytes(operands, results), gemm)
 
 
 @register("dot_general", cost=_dot_general_cost, fusion=COPYING, traits=Traits(contraction=True))

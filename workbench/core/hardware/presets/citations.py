@@ -76,3 +76,18 @@ FLASH3 = (
     'https://arxiv.org/abs/2407.08608 (FlashAttention-3, Shah et al. 2024): "speedup on H100 '
     'GPUs by 1.5-2.0x with FP16 reaching up to 740 TFLOPs/s (75% utilization)" (740 of 989.5)'
 )
+
+MATMUL_GUIDE = (
+    "https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/"
+    'index.html: "GPUs implement GEMMs by partitioning the output matrix into tiles, which '
+    'are then assigned to thread blocks"; cuBLAS chooses among tiles of 256x128 and 128x256 '
+    "(the most efficient) down to 64x64, larger tiles reusing more data; tile quantization "
+    "pads a dim to its tiles and wave quantization leaves part of the last wave of tiles "
+    "over the SMs idle"
+)
+TPU_TILES = (
+    'https://cloud.google.com/tpu/docs/performance-guide: "Each TPU core uses '
+    'two-dimensional 8 X 128 vector registers for processing matrix multiplications"; where '
+    "a tensor does not fill them XLA pads it; the MXU contracts in steps of its 128x128 "
+    f"systolic array ({HTSYM_TPU})"
+)

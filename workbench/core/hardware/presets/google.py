@@ -6,9 +6,16 @@ from workbench.core.hardware.presets.citations import (
     DCN_LATENCY,
     HTSYM_TPU,
     ICI_LATENCY,
+    TPU_TILES,
     XLA_COMBINE_TPU,
 )
 from workbench.core.hardware.spec import Hardware
+from workbench.core.hardware.tiles import Tiles
+
+# the matrix unit's tiles: 8 rows by 128 lanes of a result, its contraction in steps of 128
+# (either of the result's dims may be laid out on the lanes: XLA picks the layout)
+_TILES = Tiles(((8, 128, 128), (128, 8, 128)))
+_TILE_SOURCES = {f"matmul_tiles.{key}": TPU_TILES for key in ("8x128x128", "128x8x128")}
 
 _V4 = "https://cloud.google.com/tpu/docs/v4"
 _V5E = "https://cloud.google.com/tpu/docs/v5e"
@@ -51,8 +58,10 @@ TPU_V4 = Hardware(
         "hbm_bandwidth": f'{_V4}: "HBM2 capacity and bandwidth 32 GiB, 1200 GBps"',
         "memory_bytes": f'{_V4}: "HBM2 capacity and bandwidth 32 GiB, 1200 GBps"',
         "all_reduce_combine_bytes": XLA_COMBINE_TPU,
+        **_TILE_SOURCES,
     },
     notes=_BF16_PASS,
+    matmul_tiles=_TILES,
 )
 
 TPU_V5E = Hardware(
@@ -91,8 +100,10 @@ TPU_V5E = Hardware(
         "hbm_bandwidth": f'{_V5E}: "HBM2 capacity and bandwidth 16 GB, 819 GBps"',
         "memory_bytes": f'{_V5E}: "HBM2 capacity and bandwidth 16 GB, 819 GBps"',
         "all_reduce_combine_bytes": XLA_COMBINE_TPU,
+        **_TILE_SOURCES,
     },
     notes=_BF16_PASS,
+    matmul_tiles=_TILES,
 )
 
 TPU_V5P = Hardware(
@@ -133,6 +144,8 @@ TPU_V5P = Hardware(
         "hbm_bandwidth": f'{_V5P}: "HBM bandwidth per chip (GBps) 2765"',
         "memory_bytes": f'{_V5P}: "HBM capacity per chip (GiB) 95"',
         "all_reduce_combine_bytes": XLA_COMBINE_TPU,
+        **_TILE_SOURCES,
     },
     notes=_BF16_PASS,
+    matmul_tiles=_TILES,
 )

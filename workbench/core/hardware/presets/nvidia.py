@@ -9,6 +9,7 @@ from workbench.core.hardware.presets.citations import (
     IB_LATENCY,
     JAX_PRECISION,
     MAMF,
+    MATMUL_GUIDE,
     NCCL_A100_NVLINK,
     NCCL_HDR,
     NCCL_NDR,
@@ -17,6 +18,7 @@ from workbench.core.hardware.presets.citations import (
     XLA_COMBINE,
 )
 from workbench.core.hardware.spec import Hardware
+from workbench.core.hardware.tiles import Tiles
 
 _DENSE = "NVIDIA quotes it with sparsity; dense is half"
 _TF32 = (
@@ -32,6 +34,20 @@ _CX7 = (
 )
 
 _RINGS = ("all-reduce", "all-gather", "reduce-scatter")
+# cuBLAS's largest tiles (no padding of the contraction), one per SM at a time
+_SHAPES = ((256, 128, 1), (128, 256, 1), (128, 128, 1))
+_AMPERE = "https://developer.nvidia.com/blog/nvidia-ampere-architecture-in-depth/"
+_HOPPER = "https://developer.nvidia.com/blog/nvidia-hopper-architecture-in-depth/"
+
+
+def _tiles(units: int, sm_quote: str) -> tuple[Tiles, dict[str, str]]:
+    keys = [f"{m}x{n}x{k}" for m, n, k in _SHAPES]
+    sources = {f"matmul_tiles.{key}": MATMUL_GUIDE for key in keys}
+    return Tiles(_SHAPES, units), sources | {"matmul_tiles.units": sm_quote}
+
+
+_A100_TILES = _tiles(108, f'{_AMPERE}: the A100 "is composed of ... 108 SMs"')
+_HOPPER_TILES = _tiles(132, f'{_HOPPER}: "The H100 SXM5 GPU has 132 SMs"')
 
 
 def _measured(bandwidth: float, all_reduce: float, all_gather: float, reduce_scatter: float):
@@ -97,7 +113,9 @@ A100 = Hardware(
         "hbm_bandwidth": f'{_A100_URL}: A100 80GB SXM "GPU Memory Bandwidth 2,039 GB/s"',
         "memory_bytes": f'{_A100_URL}: "GPU Memory 80GB HBM2e"',
         "all_reduce_combine_bytes": XLA_COMBINE,
+        **_A100_TILES[1],
     },
+    matmul_tiles=_A100_TILES[0],
 )
 
 
@@ -158,7 +176,9 @@ def _hopper(name: str, url: str, memory: float, hbm: float, mem_quote: str, bw_q
             "hbm_bandwidth": f"{url}: {bw_quote}",
             "memory_bytes": f"{url}: {mem_quote}",
             "all_reduce_combine_bytes": XLA_COMBINE,
+            **_HOPPER_TILES[1],
         },
+        matmul_tiles=_HOPPER_TILES[0],
     )
 
 
