@@ -4,6 +4,7 @@ Buttons are clicked with ``Button.click()``; what each view shows is read back f
 widget. The engine's own answers are the reference: the widget must show them, not its own.
 """
 
+import dataclasses
 import html
 import json
 import re
@@ -394,3 +395,16 @@ def test_the_cp_ring_button_applies_ring_attention_on_the_chosen_axis(bench):
     assert bench.session.plan().rings and bench.session.plan().zigzag is not None
     assert "kind='ring'" in bench.export.value
     assert "collective-permute" in bench.table.value
+
+
+def test_the_fused_attention_toggle_prices_the_chosen_spec_fused(bench):
+    bench.spec.value = hw.H100.name
+    bench.fused.value = True
+    assert bench.hardware.fused_attention and bench.hardware.name == hw.H100.name
+    fused = dataclasses.replace(hw.H100, fused_attention=True)
+    expected = bench.session.estimate(fused, overlap=bench.overlap)
+    assert bench.summary.value == render.estimate(expected)
+    bench.spec.value = hw.A100.name  # another chip keeps the choice
+    assert bench.hardware.fused_attention and bench.hardware.name == hw.A100.name
+    bench.fused.value = False
+    assert bench.hardware is hw.A100

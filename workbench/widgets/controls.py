@@ -74,6 +74,20 @@ def panel(name: str, children, **layout) -> w.VBox:
     return box
 
 
+def simulator_choices(labels, given: str, overlap, fused: bool):
+    """The estimate's choices: the hardware (``labels``, ``given`` chosen), how collectives
+    overlap compute, and whether attention runs as fused kernels (FlashAttention-style)."""
+    spec = w.Dropdown(options=[(k, k) for k in labels], value=given, description="hardware")
+    policies = [("no overlap", "none"), ("prefetch (FSDP)", "prefetch"), ("full overlap", "full")]
+    overlap_choice = w.Dropdown(
+        options=[*policies, ("half", 0.5)], value=overlap, description="overlap"
+    )
+    tip = "price each attention as one flash-style kernel per pass, its logits kept on chip"
+    fused_choice = w.Checkbox(value=fused, description="fused attention", indent=False)
+    fused_choice.tooltip = tip
+    return spec, overlap_choice, fused_choice
+
+
 def heading(text: str) -> w.HTML:
     return w.HTML(f"<h4 style='margin:8px 0 2px 0'>{text}</h4>")
 

@@ -10,6 +10,7 @@ graph, estimate, collectives, inspector, anatomy, run, exports, placement and wh
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from workbench.widgets.controls import (
     name_field,
     panel,
     row,
+    simulator_choices,
 )
 from workbench.widgets.graphpanel import GraphPanel
 from workbench.widgets.placement import PlacementPanel
@@ -145,33 +147,20 @@ class Workbench(w.VBox):
         if presets.PRESETS.get(given) != self.hardware:  # a spec of the user's: kept by name
             given = given if given not in presets.PRESETS else f"{given} (given)"
             self._specs = {given: self.hardware, **self._specs}
-        self.spec = w.Dropdown(
-            options=[*((k, k) for k in self._specs), (CALIBRATED, CALIBRATED)],
-            value=given,
-            description="hardware",
+        self.spec, self.overlap_choice, self.fused = simulator_choices(
+            [*self._specs, CALIBRATED], given, overlap, self.hardware.fused_attention
         )
-        self.spec.observe(
-            lambda _: self.redraw(
-                "change the hardware", self.change_spec, where=self.estimate_error
-            ),
-            "value",
-        )
-        self.overlap_choice = w.Dropdown(
-            options=[
-                ("no overlap", "none"),
-                ("prefetch (FSDP)", "prefetch"),
-                ("full overlap", "full"),
-                ("half", 0.5),
-            ],
-            value=overlap,
-            description="overlap",
-        )
-        self.overlap_choice.observe(
-            lambda _: self.redraw(
-                "change the overlap", self.change_overlap, where=self.estimate_error
-            ),
-            "value",
-        )
+        for widget, what, change in (
+            (self.spec, "change the hardware", self.change_spec),
+            (self.fused, "change the attention kernels", self.change_spec),
+            (self.overlap_choice, "change the overlap", self.change_overlap),
+        ):
+            widget.observe(
+                lambda _, what=what, change=change: self.redraw(
+                    what, change, where=self.estimate_error
+                ),
+                "value",
+            )
         self.summary = w.HTML()
         self.summary.add_class("wb-estimate")
         self.time_chart, self.memory_chart, self.schedule_chart = w.Output(), w.Output(), w.Output()
@@ -235,7 +224,10 @@ class Workbench(w.VBox):
             "estimate",
             [
                 heading("Estimate"),
-                w.HBox([self.spec, self.overlap_choice], layout=w.Layout(flex_flow="row wrap")),
+                w.HBox(
+                    [self.spec, self.overlap_choice, self.fused],
+                    layout=w.Layout(flex_flow="row wrap"),
+                ),
                 self.estimate_error,
                 self.summary,
                 self.conflicts,
@@ -467,10 +459,14 @@ class Workbench(w.VBox):
         self.export.value = text
 
     def change_spec(self) -> None:
+        """The chosen spec, its attention fused or not as the checkbox says."""
         if self.spec.value == CALIBRATED:
-            self.hardware = self.calibrated()
-        elif self.spec.value in self._specs:
-            self.hardware = self._specs[self.spec.value]
+            spec = self.calibrated()
+        else:
+            spec = self._specs.get(self.spec.value, self.hardware)
+        if spec.fused_attention != self.fused.value:
+            spec = dataclasses.replace(spec, fused_attention=self.fused.value)
+        self.hardware = spec
         self.refresh()
 
     def change_overlap(self) -> None:
