@@ -5,6 +5,8 @@ attentions it cannot price so are priced as written and the note says why."""
 
 import dataclasses
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 import workbench as wb
@@ -146,3 +148,28 @@ def test_a_kernel_reads_the_keys_and_values_as_the_plan_gathers_them():
     e = s.estimate(FUSED)
     whole = 8192 * 8 * 128 * 2  # one sequence's keys (or values), gathered on every device
     assert e.note == "" and all(k.cost.bytes_accessed > 2 * whole for k in kernels(e, program))
+
+
+def test_jaxs_own_dot_product_attention_is_priced_fused():
+    """``jax.nn.dot_product_attention`` (causal), as a user calls it: capture decomposes it
+    into its dots and softmax, the anatomy finds it, and a fused estimate prices it as a
+    kernel, the causal half of its tiles skipped."""
+
+    def loss(w, x):
+        q, k, v = (jnp.einsum("bsd,dhk->bshk", x, w[n]) for n in "qkv")
+        o = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+        return jnp.einsum("bshk,hkd->bsd", o, w["o"]).astype(jnp.float32).mean()
+
+    b, s, d, h, k = 8, SEQ, 512, 8, 64
+    w = {n: jax.ShapeDtypeStruct((d, h, k), jnp.bfloat16) for n in "qkv"}
+    w["o"] = jax.ShapeDtypeStruct((h, k, d), jnp.bfloat16)
+    x = jax.ShapeDtypeStruct((b, s, d), jnp.bfloat16)
+    program = wb.capture(jax.value_and_grad(loss), w, x)
+    session = wb.Session(program, wb.Mesh({"data": 8}), [wb.BP("data")])
+    written, fused = session.estimate(hw.H100), session.estimate(FUSED)
+    assert fused.note == "" and fused.breakdown.attention_s < written.breakdown.attention_s / 10
+    ks = kernels(fused, program)
+    assert len(ks) == 2  # forward and backward
+    n = s // 128
+    forward = 4 * h * s * s * k * (n + 1) / (2 * n)  # a device's one sequence
+    assert sorted(x.cost.flops / forward for x in ks) == pytest.approx([1, 2.5])

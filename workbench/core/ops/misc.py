@@ -1,15 +1,16 @@
-"""Sorting, top-k, windowed reductions (pooling and its gradient) and the FFT.
+"""Sorting, top-k, windowed reductions (pooling and its gradient), the FFT and Pallas kernels.
 
 Their costs follow XLA's formulas (sort: n x ceil(log2 n) over the whole first operand;
 reduce-window: window - 1 per output; select-and-scatter: window per source element), except
 ``top_k``, a custom call XLA:CPU prices at -1: here a partial sort, n x ceil(log2(k + 1)).
+A ``pallas_call`` costs what its author says it does, else its body times its grid.
 """
 
 from __future__ import annotations
 
 import math
 
-from workbench.core.ops.costs import OpCost, elements, io_bytes
+from workbench.core.ops.costs import OpCost, elements, io_bytes, jaxpr_cost
 from workbench.core.ops.mapping import MappingBuilder
 from workbench.core.ops.record import KERNEL, Barrier
 from workbench.core.ops.registry import register
@@ -146,4 +147,22 @@ def _select_and_scatter_rule(params, operands, results):
 
 register("fft", cost=_fft_cost, fusion=KERNEL)(
     Barrier("no rule written yet: an FFT needs its transformed dimensions whole")
+)
+
+
+def _pallas_cost(params, operands, results):
+    """A Pallas kernel: the cost its author gave it (``pallas_call(cost_estimate=)``, which
+    XLA takes too); else its body's on its blocks (``jaxpr_cost``) times the grid's steps,
+    with its operands read and its results written once."""
+    given = params.get("cost_estimate")
+    if given is not None:
+        flops, calls, nbytes = given.flops, given.transcendentals, given.bytes_accessed
+        return OpCost(float(flops), float(calls), float(nbytes))
+    steps = math.prod(int(n) for n in params["grid_mapping"].grid)
+    body = jaxpr_cost(params["jaxpr"])
+    return OpCost(body.flops * steps, body.transcendentals * steps, io_bytes(operands, results))
+
+
+register("pallas_call", cost=_pallas_cost, fusion=KERNEL)(
+    Barrier("a Pallas kernel's blocks index its whole arrays, so they are kept whole")
 )
