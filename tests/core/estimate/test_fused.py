@@ -173,3 +173,13 @@ def test_jaxs_own_dot_product_attention_is_priced_fused():
     n = s // 128
     forward = 4 * h * s * s * k * (n + 1) / (2 * n)  # a device's one sequence
     assert sorted(x.cost.flops / forward for x in ks) == pytest.approx([1, 2.5])
+
+
+def test_under_a_remat_policy_that_keeps_the_projections_attention_is_priced_fused():
+    """MaxText's "minimal" policy keeps the projections' outputs: the backward replays the
+    dots and softmax on the kept queries and keys, and the region is read as a replay."""
+    program = lm_program(remat_policy="dots_with_no_batch_dims_saveable")
+    s = wb.Session(program, wb.Mesh({"data": 8}), [wb.BP("data")])
+    written, fused = s.estimate(hw.H100), s.estimate(FUSED)
+    assert fused.note == "" and fused.breakdown.attention_s < written.breakdown.attention_s / 3
+    assert len(kernels(fused, program)) == 6  # 2 layers x (forward, replay, backward)

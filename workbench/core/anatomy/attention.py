@@ -196,9 +196,11 @@ def _region(program, scores: int, context: int, top: dict, again: dict) -> Regio
                 and traits_of(ops[o].primitive).contraction]  # fmt: skip
 
     replay = None
-    if not backward_dots(fwd.values):  # rematerialised: the backward reads a recomputation
-        mine = _weights(program, fwd.queries, fwd.keys)
-        replays = again.get(mine, []) if mine else []
+    mine = _weights(program, fwd.queries, fwd.keys)
+    replays = again.get(mine, []) if mine else []
+    # rematerialised: the backward reads a recomputation (of every op, or, under a policy
+    # that keeps the projections, of the dots and softmax on the kept queries and keys)
+    if not backward_dots(fwd.values) or len(replays) == 1:
         if len(replays) != 1:
             return "its backward pass reads no recomputation of it that the workbench finds"
         replay = _pass(program, *replays[0], top)
