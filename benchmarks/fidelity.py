@@ -16,8 +16,8 @@ FLOPs accounting and its published throughput, and MFU is compared in that accou
   ``V5E_MATMUL`` of the chip's peak, a fitted constant.
 - **MaxText on TPU v5p** (its README's v5p table at 2024-03-22, the 8 runs of 32B to 1,024B
   on 64 to 2,048 chips whose scripts it publishes), as ``benchmarks/published_v5p.py``
-  sets them up: FSDP with tensor parallelism, remat policies, flash attention; the
-  preset as it is.
+  sets them up: FSDP with tensor parallelism, remat policies, flash attention; matmuls
+  at ``V5P_MATMUL`` of the chip's peak, a fitted constant.
 - **H100** (``benchmarks/published_h100.py``, attention fused): Megatron-LM's README
   weak-scaling table (9 runs, 1.7B to 462B on up to 6,144 H100s, 5 pipelined), Llama 3
   405B's two 8K rows of Table 4 (8,192 and 16,384 H100s, TP 8, PP 16 interleaved), and
@@ -25,10 +25,10 @@ FLOPs accounting and its published throughput, and MFU is compared in that accou
   3 70B with context parallelism on 64 (CP 2, FSDP 32).
 
 **The split** (fixed before any constant was fitted): within each source, in table order,
-the even rows fit and the odd rows are held out. Two constants are fitted, each on its
-source's "fit" rows alone (``--fit`` fits them again): ``PYTORCH_2012`` on Table 1's and
-``V5E_MATMUL`` on MaxText's v5e rows. The H100 and v5p runs use the presets as they are
-(none fitted), so both their halves are held out in effect.
+the even rows fit and the odd rows are held out. Three constants are fitted, each on its
+source's "fit" rows alone (``--fit`` fits them again): ``PYTORCH_2012`` on Table 1's,
+``V5E_MATMUL`` and ``V5P_MATMUL`` on MaxText's v5e and v5p rows. The H100 runs use the
+preset as it is (none fitted), so both their halves are held out in effect.
 
     python benchmarks/fidelity.py [--source megatron h100 maxtext v5p] [--fit]
 """
@@ -57,6 +57,8 @@ PYTORCH_2012 = 0.751
 # The second (``--fit``, on MaxText's fit rows alone): the share of TPU v5e's bfloat16 peak
 # its matmuls reach (the preset prices them at the peak: no published measurement found)
 V5E_MATMUL = 0.894
+# The third (``--fit``, on MaxText's v5p fit rows alone): the same for TPU v5p
+V5P_MATMUL = 0.88
 # Table 1's rows without pipelining: params (B): (heads, hidden, layers, t, p, GPUs, batch,
 # TFLOP/s per GPU); the pipelined rows are pipeline.MEGATRON
 MEGATRON_FLAT = {
@@ -137,13 +139,19 @@ def fit(rows, low: float = 0.5, high: float = 1.0, steps: int = 12) -> float:
     return round((low + high) / 2, 3)
 
 
-def fitted() -> tuple[float, float]:
-    """Both fitted constants again, each on its source's "fit" rows alone."""
+def fitted() -> tuple[float, float, float]:
+    """The fitted constants again, each on its source's "fit" rows alone."""
     megatron_fit = [n for i, n in enumerate(sorted(MEGATRON, key=float)) if split(i) == "fit"]
     kernels = fit(lambda share: [megatron(n, share) for n in megatron_fit])
     maxtext_fit = [run for i, run in enumerate(maxtext_runs()) if split(i) == "fit"]
     mxu = fit(lambda share: [maxtext(*run, share) for run in maxtext_fit])
-    return kernels, mxu
+    v5p_fit = [run[:2] for i, run in enumerate(published_v5p.PUBLISHED) if split(i) == "fit"]
+    v5p = fit(lambda share: [v5p_run(*run, share) for run in v5p_fit])
+    return kernels, mxu, v5p
+
+
+def v5p_run(size: str, chips: int, matmuls: float = V5P_MATMUL) -> dict:
+    return published_v5p.run(size, chips, matmuls_at(published_v5p.FUSED_V5P, matmuls))
 
 
 def maxtext_runs() -> list[tuple[str, int]]:
@@ -167,7 +175,7 @@ def maxtext(size: str, slices: int, matmuls: float = V5E_MATMUL) -> dict:
     )
 
 
-def runs(sources, kernels: float = PYTORCH_2012, matmuls: float = V5E_MATMUL):
+def runs(sources, kernels=PYTORCH_2012, matmuls=V5E_MATMUL, v5p=V5P_MATMUL):
     """Every run of ``sources``, each with its split (the fitted constants as given)."""
     out = []
     if "megatron" in sources:
@@ -181,7 +189,7 @@ def runs(sources, kernels: float = PYTORCH_2012, matmuls: float = V5E_MATMUL):
                 print(f"estimated {source}: {name}", flush=True)
     if "v5p" in sources:
         for i, (size, chips, _) in enumerate(published_v5p.PUBLISHED):
-            out.append({**published_v5p.run(size, chips), "split": split(i)})
+            out.append({**v5p_run(size, chips, v5p), "split": split(i)})
             print(f"estimated MaxText {size} on {chips} v5p chips", flush=True)
     if "maxtext" in sources:
         for i, (size, slices) in enumerate(maxtext_runs()):
@@ -223,10 +231,10 @@ def main():
     parser.add_argument("--fit", action="store_true", help="fit both constants again first")
     args = parser.parse_args()
     start = time.perf_counter()
-    kernels, mxu = fitted() if args.fit else (PYTORCH_2012, V5E_MATMUL)
+    kernels, mxu, v5p = fitted() if args.fit else (PYTORCH_2012, V5E_MATMUL, V5P_MATMUL)
     if args.fit:
-        print(f"fitted: PYTORCH_2012 = {kernels}, V5E_MATMUL = {mxu} (the runs below use them)")
-    rows = runs(args.source, kernels, mxu)
+        print(f"fitted: PYTORCH_2012 {kernels}, V5E_MATMUL {mxu}, V5P_MATMUL {v5p} (used below)")
+    rows = runs(args.source, kernels, mxu, v5p)
     print(
         f"\nPublished runs against the presets; {_common.machine()}; {time.perf_counter() - start:.0f} s\n"
     )
@@ -246,8 +254,9 @@ def main():
     headers = ["source", "chip", "run", "split", "published s", "simulated s", "ratio"]
     print(_common.table([*headers, "MFU published / ours"], table))
     print(
-        f"\nFitted constants: 2, each on its source's fit rows (A100: Table 1's kernels at "
-        f"{kernels} of the roofline; TPU v5e: matmuls at {mxu} of the peak). "
+        f"\nFitted constants: 3, each on its source's fit rows (A100: Table 1's kernels at "
+        f"{kernels} of the roofline; TPU v5e and v5p: matmuls at {mxu} and {v5p} of the "
+        "peak). "
         "Per chip family and half:\n"
     )
     headers = ["chip", "half", "runs", "median error", "largest error", "bias (median ratio)"]

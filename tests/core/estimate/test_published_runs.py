@@ -76,6 +76,7 @@ def test_the_fitted_constants_scale_only_what_they_name(fidelity):
         v5e.peak_flops("bfloat16") * fidelity.V5E_MATMUL
     )
     assert (chip.flops, chip.hbm_bandwidth, chip.links) == (v5e.flops, v5e.hbm_bandwidth, v5e.links)
+    assert 0.5 < fidelity.V5P_MATMUL < 1.0
 
 
 def test_the_fit_finds_the_share_at_which_the_median_ratio_is_one(fidelity, capsys):
