@@ -400,8 +400,9 @@ def train_step(
 
     Unrolled or scanned follows the parameters: a list of layers (``init``) or stacked
     layers (``init_scan``). ``remat`` recomputes each block in the backward pass
-    (``Config.remat``, a name: ``Config.remat_policy``; ``build`` passes it). ``config`` routes the experts of an MoE
-    (``build`` passes it); the loss then includes the weighted load-balancing loss.
+    (``Config.remat``, a name: ``Config.remat_policy``; ``build`` passes it). ``config``
+    routes the experts of an MoE (``build`` passes it); the loss then includes the weighted
+    load-balancing loss.
     """
     loss_of = functools.partial(loss_fn, remat=remat, config=config)
     loss, grads = jax.value_and_grad(loss_of)(params, batch)

@@ -53,11 +53,11 @@ class Tiles:
         best = 0.0
         for tm, tn, tk in self.shapes:
             rm, rn, rk = math.ceil(m / tm), math.ceil(n / tn), math.ceil(k / tk)
-            share = m * n * k / (rm * tm * rn * tn * rk * tk)
             tiles = batch * rm * rn
             if self.units and tiles <= self.units:
-                share = 1.0
-            elif self.units:
+                return 1.0  # less than a wave: nothing better is possible
+            share = m * n * k / (rm * tm * rn * tn * rk * tk)
+            if self.units:
                 share *= tiles / (math.ceil(tiles / self.units) * self.units)
             best = max(best, share)
         return best
