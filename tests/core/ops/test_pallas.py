@@ -1,6 +1,8 @@
 """A Pallas kernel (``pallas_call``) is kept whole and priced: by the cost its author gives
 (``cost_estimate``, as XLA takes it), else by its body's on its blocks times its grid."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -8,7 +10,9 @@ from jax.experimental import pallas as pl
 
 import workbench as wb
 from workbench.core import hardware as hw
+from workbench.core import ops
 from workbench.core.ops import registry
+from workbench.core.ops.mapping import TensorType
 
 
 def _matmul(cost_estimate=None):
@@ -58,3 +62,14 @@ def test_a_kernel_with_a_cost_estimate_is_priced_as_its_author_says():
 def test_a_kernel_is_kept_whole_saying_why():
     rule = registry.record("pallas_call").rule
     assert "Pallas kernel" in rule.reason and "whole" in rule.reason
+    program = _matmul()
+    (o,) = [o for o in program.body if program.ops[o].primitive == "pallas_call"]
+    types = [
+        TensorType(program.values[v].shape, program.values[v].dtype)
+        for v in program.ops[o].operands
+    ]
+    (out,) = program.ops[o].results
+    result = TensorType(program.values[out].shape, program.values[out].dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert ops.mapping_for("pallas_call", program.ops[o].params, types, [result]).barrier
